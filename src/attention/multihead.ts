@@ -1,0 +1,290 @@
+// MultiHeadAttention: PyTorch nn.MultiheadAttention's parameters and state-dict names, batch-first
+// inputs, per-head weights, plus grouped-query heads (numKvHeads) and every option of scaledDotProductAttention.
+// One decision to know: masks use qkv's polarity (nonzero = may attend), not nn.MultiheadAttention's
+// boolean attn_mask (True = blocked); a key padding mask is a mask of shape [B, 1, 1, S].
+
+import { linear, swapMiddle } from '../kernels/matmul.js';
+import { type Generator, type RandomOptions, resolveGenerator } from '../random.js';
+import { formatShape, sizeOf } from '../shape.js';
+import { Tensor, type TensorLike, toTensor } from '../tensor.js';
+import { type AttentionOptions, checkOptionNames, planAttention } from './plan.js';
+import { runKernel } from './sdpa.js';
+
+/** Constructor options of MultiHeadAttention. */
+export interface MultiHeadAttentionOptions extends RandomOptions {
+  /** D: width of the query input and of the output. */
+  embedDim: number;
+  /** H: query heads; embedDim must be a multiple of it. Each head has width embedDim / numHeads. */
+  numHeads: number;
+  /** Key/value heads (GQA / MQA); numHeads must be a multiple of it. Default numHeads. */
+  numKvHeads?: number;
+  /** Width of the key input. Default embedDim. */
+  kdim?: number;
+  /** Width of the value input. Default embedDim. */
+  vdim?: number;
+  /** Whether the input and output projections have biases. Default true. */
+  bias?: boolean;
+}
+
+/** Options of MultiHeadAttention.forward: those of scaledDotProductAttention, plus `needWeights`. */
+export interface MultiHeadForwardOptions extends Omit<AttentionOptions, 'scale'> {
+  /** Also return the per-head attention weights [B, H, L, S]. Default false. */
+  needWeights?: boolean;
+}
+
+/** What MultiHeadAttention.forward returns. */
+export interface MultiHeadForwardResult {
+  /** [B, L, D] (or [L, D] for unbatched input). */
+  output: Tensor;
+  /** Per-head weights [B, H, L, S] (or [H, L, S]); present when `needWeights` is true. */
+  weights?: Tensor;
+}
+
+const CTOR = 'MultiHeadAttention';
+const FORWARD = 'MultiHeadAttention.forward';
+
+/**
+ * Multi-head attention: project query, key and value, attend per head, concatenate, project out.
+ *
+ * @example
+ * const mha = new MultiHeadAttention({ embedDim: 64, numHeads: 8, seed: 0 });
+ * const x = Tensor.randn([2, 10, 64], { seed: 1 });
+ * const { output, weights } = mha.forward(x, x, x, { causal: true, needWeights: true }); // [2,10,64], [2,8,10,10]
+ */
+export class MultiHeadAttention {
+  readonly embedDim: number;
+  readonly numHeads: number;
+  readonly numKvHeads: number;
+  /** Width of one head: embedDim / numHeads. */
+  readonly headDim: number;
+  readonly kdim: number;
+  readonly vdim: number;
+  readonly hasBias: boolean;
+
+  /** [D, D] */
+  qProjWeight: Tensor;
+  /** [Hkv·hd, kdim] */
+  kProjWeight: Tensor;
+  /** [Hkv·hd, vdim] */
+  vProjWeight: Tensor;
+  /** [D + 2·Hkv·hd]: the q, k and v biases, packed as PyTorch's in_proj_bias. */
+  inProjBias: Tensor | undefined;
+  /** [D, D] */
+  outProjWeight: Tensor;
+  /** [D] */
+  outProjBias: Tensor | undefined;
+
+  constructor(options: MultiHeadAttentionOptions) {
+    checkOptionNames(CTOR, options, [
+      'embedDim',
+      'numHeads',
+      'numKvHeads',
+      'kdim',
+      'vdim',
+      'bias',
+      'seed',
+      'generator',
+    ]);
+    const {
+      embedDim,
+      numHeads,
+      numKvHeads = numHeads,
+      kdim = embedDim,
+      vdim = embedDim,
+      bias = true,
+    } = options;
+    for (const [name, value] of Object.entries({ embedDim, numHeads, numKvHeads, kdim, vdim })) {
+      if (!Number.isSafeInteger(value) || value < 1) {
+        throw new RangeError(`${CTOR}: ${name} must be a positive integer, got ${String(value)}`);
+      }
+    }
+    if (embedDim % numHeads !== 0) {
+      throw new RangeError(`${CTOR}: embedDim=${embedDim} is not divisible by numHeads=${numHeads}`);
+    }
+    if (numHeads % numKvHeads !== 0) {
+      throw new RangeError(`${CTOR}: numHeads=${numHeads} is not a multiple of numKvHeads=${numKvHeads}`);
+    }
+    this.embedDim = embedDim;
+    this.numHeads = numHeads;
+    this.numKvHeads = numKvHeads;
+    this.headDim = embedDim / numHeads;
+    this.kdim = kdim;
+    this.vdim = vdim;
+    this.hasBias = bias;
+
+    // PyTorch's _reset_parameters: Xavier-uniform in-projections (over the packed [3D, D] matrix when it
+    // is packed), Linear's default U(±1/√D) for out_proj.weight, zero biases.
+    const gen = resolveGenerator(options);
+    const kvWidth = numKvHeads * this.headDim;
+    if (this.packed) {
+      const bound = Math.sqrt(6 / (embedDim + 3 * embedDim));
+      this.qProjWeight = uniform([embedDim, embedDim], bound, gen);
+      this.kProjWeight = uniform([kvWidth, kdim], bound, gen);
+      this.vProjWeight = uniform([kvWidth, vdim], bound, gen);
+    } else {
+      this.qProjWeight = uniform([embedDim, embedDim], Math.sqrt(6 / (2 * embedDim)), gen);
+      this.kProjWeight = uniform([kvWidth, kdim], Math.sqrt(6 / (kvWidth + kdim)), gen);
+      this.vProjWeight = uniform([kvWidth, vdim], Math.sqrt(6 / (kvWidth + vdim)), gen);
+    }
+    this.inProjBias = bias ? Tensor.zeros([embedDim + 2 * kvWidth]) : undefined;
+    this.outProjWeight = uniform([embedDim, embedDim], 1 / Math.sqrt(embedDim), gen);
+    this.outProjBias = bias ? Tensor.zeros([embedDim]) : undefined;
+  }
+
+  /** True when q, k, v weights are stored as one in_proj_weight (PyTorch: kdim = vdim = embedDim, no GQA). */
+  get packed(): boolean {
+    return this.kdim === this.embedDim && this.vdim === this.embedDim && this.numKvHeads === this.numHeads;
+  }
+
+  /**
+   * query [B, L, D] or [L, D]; key [B, S, kdim] (default query); value [B, S, vdim] (default key).
+   * Returns output [B, L, D] and, with needWeights, per-head weights [B, H, L, S].
+   */
+  forward(
+    query: TensorLike,
+    key: TensorLike = query,
+    value: TensorLike = key,
+    options: MultiHeadForwardOptions = {},
+  ): MultiHeadForwardResult {
+    checkOptionNames(FORWARD, options, ['mask', 'bias', 'causal', 'window', 'needWeights']);
+    const q = toTensor(query, FORWARD, 'query');
+    const k = toTensor(key, FORWARD, 'key');
+    const v = toTensor(value, FORWARD, 'value');
+    const shapes = `query ${formatShape(q.shape)}, key ${formatShape(k.shape)}, value ${formatShape(v.shape)}`;
+    if (q.rank !== 2 && q.rank !== 3) {
+      throw new RangeError(`${FORWARD}: query must be [B, L, D] or [L, D], got rank ${q.rank} (${shapes})`);
+    }
+    for (const [name, t, width, dimName] of [
+      ['query', q, this.embedDim, 'embedDim'],
+      ['key', k, this.kdim, 'kdim'],
+      ['value', v, this.vdim, 'vdim'],
+    ] as const) {
+      if (t.rank !== q.rank) {
+        throw new RangeError(
+          `${FORWARD}: ${name} has rank ${t.rank} but query has rank ${q.rank} (${shapes})`,
+        );
+      }
+      const last = t.shape[t.rank - 1];
+      if (last !== width) {
+        throw new RangeError(`${FORWARD}: ${name} has width ${last} but ${dimName}=${width} (${shapes})`);
+      }
+    }
+    const batched = q.rank === 3;
+    const B = batched ? q.shape[0] : 1;
+    if (batched && (k.shape[0] !== B || v.shape[0] !== B)) {
+      throw new RangeError(`${FORWARD}: query, key and value must have the same batch size (${shapes})`);
+    }
+    const L = q.shape[q.rank - 2];
+    const S = k.shape[k.rank - 2];
+    if (v.shape[v.rank - 2] !== S) {
+      throw new RangeError(`${FORWARD}: value has S=${v.shape[v.rank - 2]} but key has S=${S} (${shapes})`);
+    }
+    const { numHeads: H, numKvHeads: Hkv, headDim: hd, embedDim: D } = this;
+    const bias = this.inProjBias?.data;
+
+    // Projections, then split heads: [B, L, H, hd] → [B, H, L, hd].
+    const qp = linear(q.data, B * L, D, this.qProjWeight.data, 0, H * hd, bias, 0);
+    const kp = linear(k.data, B * S, this.kdim, this.kProjWeight.data, 0, Hkv * hd, bias, D);
+    const vp = linear(v.data, B * S, this.vdim, this.vProjWeight.data, 0, Hkv * hd, bias, D + Hkv * hd);
+    const qh = new Tensor(swapMiddle(qp, B, L, H, hd), [B, H, L, hd]);
+    const kh = new Tensor(swapMiddle(kp, B, S, Hkv, hd), [B, Hkv, S, hd]);
+    const vh = new Tensor(swapMiddle(vp, B, S, Hkv, hd), [B, Hkv, S, hd]);
+
+    const { needWeights = false, ...attention } = options;
+    const plan = planAttention(FORWARD, qh, kh, vh, attention);
+    const heads = new Float32Array(B * H * L * hd);
+    const weights = needWeights ? new Float32Array(sizeOf(plan.weightsShape)) : undefined;
+    runKernel(plan.problem, { out: heads, weights });
+
+    // Merge heads: [B, H, L, hd] → [B, L, H·hd], then the output projection.
+    const merged = swapMiddle(heads, B, H, L, hd);
+    const out = linear(merged, B * L, D, this.outProjWeight.data, 0, D, this.outProjBias?.data, 0);
+    return {
+      output: new Tensor(out, batched ? [B, L, D] : [L, D]),
+      weights: weights && new Tensor(weights, batched ? [B, H, L, S] : [H, L, S]),
+    };
+  }
+
+  /** Expected state-dict names and shapes, in PyTorch nn.MultiheadAttention's naming. */
+  stateDictShapes(): Record<string, number[]> {
+    const { embedDim: D, kdim, vdim } = this;
+    const kv = this.numKvHeads * this.headDim;
+    const shapes: Record<string, number[]> = this.packed
+      ? { in_proj_weight: [3 * D, D] }
+      : { q_proj_weight: [D, D], k_proj_weight: [kv, kdim], v_proj_weight: [kv, vdim] };
+    if (this.hasBias) shapes.in_proj_bias = [D + 2 * kv];
+    shapes['out_proj.weight'] = [D, D];
+    if (this.hasBias) shapes['out_proj.bias'] = [D];
+    return shapes;
+  }
+
+  /** The parameters as fresh copies, named as PyTorch's nn.MultiheadAttention.state_dict(). */
+  stateDict(): Record<string, Tensor> {
+    const dict: Record<string, Tensor> = {};
+    if (this.packed) {
+      const D = this.embedDim;
+      const w = new Float32Array(3 * D * D);
+      w.set(this.qProjWeight.data, 0);
+      w.set(this.kProjWeight.data, D * D);
+      w.set(this.vProjWeight.data, 2 * D * D);
+      dict.in_proj_weight = new Tensor(w, [3 * D, D]);
+    } else {
+      dict.q_proj_weight = this.qProjWeight.clone();
+      dict.k_proj_weight = this.kProjWeight.clone();
+      dict.v_proj_weight = this.vProjWeight.clone();
+    }
+    if (this.inProjBias) dict.in_proj_bias = this.inProjBias.clone();
+    dict['out_proj.weight'] = this.outProjWeight.clone();
+    if (this.outProjBias) dict['out_proj.bias'] = this.outProjBias.clone();
+    return dict;
+  }
+
+  /**
+   * Loads parameters named as PyTorch's nn.MultiheadAttention.state_dict() (values are copied).
+   * @throws listing the expected names and shapes if a name is unknown or missing or a shape is wrong.
+   */
+  loadStateDict(dict: Record<string, TensorLike>): void {
+    const fn = 'MultiHeadAttention.loadStateDict';
+    const expected = this.stateDictShapes();
+    const listing = Object.entries(expected)
+      .map(([name, shape]) => `${name} ${formatShape(shape)}`)
+      .join(', ');
+    const given = Object.keys(dict);
+    const unknown = given.filter((name) => !(name in expected));
+    const missing = Object.keys(expected).filter((name) => !(name in dict));
+    if (unknown.length || missing.length) {
+      const parts = [];
+      if (unknown.length) parts.push(`unknown ${unknown.join(', ')}`);
+      if (missing.length) parts.push(`missing ${missing.join(', ')}`);
+      throw new RangeError(`${fn}: ${parts.join('; ')} (expected: ${listing})`);
+    }
+    const tensors: Record<string, Tensor> = {};
+    for (const [name, shape] of Object.entries(expected)) {
+      const t = toTensor(dict[name], fn, name);
+      if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) {
+        throw new RangeError(
+          `${fn}: ${name} has shape ${formatShape(t.shape)}, expected ${formatShape(shape)} (expected: ${listing})`,
+        );
+      }
+      tensors[name] = t;
+    }
+    if (this.packed) {
+      const D = this.embedDim;
+      const w = tensors.in_proj_weight.data;
+      this.qProjWeight = new Tensor(w.slice(0, D * D), [D, D]);
+      this.kProjWeight = new Tensor(w.slice(D * D, 2 * D * D), [D, D]);
+      this.vProjWeight = new Tensor(w.slice(2 * D * D), [D, D]);
+    } else {
+      this.qProjWeight = tensors.q_proj_weight.clone();
+      this.kProjWeight = tensors.k_proj_weight.clone();
+      this.vProjWeight = tensors.v_proj_weight.clone();
+    }
+    if (this.hasBias) this.inProjBias = tensors.in_proj_bias.clone();
+    this.outProjWeight = tensors['out_proj.weight'].clone();
+    if (this.hasBias) this.outProjBias = tensors['out_proj.bias'].clone();
+  }
+}
+
+function uniform(shape: number[], bound: number, generator: Generator): Tensor {
+  return Tensor.rand(shape, { low: -bound, high: bound, generator });
+}

@@ -1,0 +1,198 @@
+// The public attention layer's one job: check arguments and resolve options into an AttentionProblem.
+// One decision to know: every error names the calling function, the argument and the shapes involved,
+// and nothing here loops over tensor data (that is the kernels' job).
+
+import type { AttentionProblem, BroadcastView } from '../kernels/types.js';
+import { broadcastStrides, formatShape } from '../shape.js';
+import { type Tensor, type TensorLike, toTensor } from '../tensor.js';
+
+/** Causal alignment: `true` is 'bottom-right' (flash-attn's; PyTorch's is_causal when L = S). */
+export type CausalOption = boolean | 'bottom-right' | 'top-left';
+
+/** Options shared by `scaledDotProductAttention` and `attentionWeights`. */
+export interface AttentionOptions {
+  /** Nonzero = may attend, 0 = blocked; broadcastable to [..., L, S]. */
+  mask?: TensorLike;
+  /** Added to the scaled scores (ALiBi, relative bias, −Infinity); broadcastable to [..., L, S]. */
+  bias?: TensorLike;
+  /**
+   * `true` or 'bottom-right': query i sits at position p = i + S − L and sees keys j ≤ p.
+   * 'top-left': query i sees keys j ≤ i (PyTorch's is_causal).
+   */
+  causal?: CausalOption;
+  /** [left, right]: key j is visible iff p − left ≤ j ≤ p + right; −1 = unbounded. */
+  window?: readonly [number, number];
+  /** Multiplies q·k; default 1/√E. */
+  scale?: number;
+}
+
+const OPTION_NAMES = ['mask', 'bias', 'causal', 'window', 'scale'] as const;
+
+/** Throws on option names the function does not know (a typo like `casual` must not pass silently). */
+export function checkOptionNames(fn: string, options: object, known: readonly string[]): void {
+  if (options === null || typeof options !== 'object') {
+    throw new TypeError(`${fn}: options must be an object, got ${String(options)}`);
+  }
+  for (const key of Object.keys(options)) {
+    if (!known.includes(key)) {
+      throw new TypeError(`${fn}: unknown option '${key}' (known options: ${known.join(', ')})`);
+    }
+  }
+}
+
+/** Tensors of a checked call, plus the shapes a caller needs to build its outputs. */
+export interface AttentionPlan {
+  problem: AttentionProblem;
+  /** Shape of the output: [..., Hq, L, Ev]. */
+  outShape: number[];
+  /** Shape of the weights: [..., Hq, L, S]. */
+  weightsShape: number[];
+}
+
+/**
+ * Checks q, k (and v unless it is undefined) and the options, and resolves them to a kernel problem.
+ * Shapes: q [..., Hq, L, E], k [..., Hkv, S, E], v [..., Hkv, S, Ev]; rank 2, 3 or 4.
+ */
+export function planAttention(
+  fn: string,
+  qIn: TensorLike,
+  kIn: TensorLike,
+  vIn: TensorLike | undefined,
+  options: AttentionOptions,
+  extraOptionNames: readonly string[] = [],
+): AttentionPlan {
+  checkOptionNames(fn, options, [...OPTION_NAMES, ...extraOptionNames]);
+  const q = toTensor(qIn, fn, 'query');
+  const k = toTensor(kIn, fn, 'key');
+  const v = vIn === undefined ? undefined : toTensor(vIn, fn, 'value');
+  const shapes = () =>
+    `query ${formatShape(q.shape)}, key ${formatShape(k.shape)}${v ? `, value ${formatShape(v.shape)}` : ''}`;
+
+  const rank = q.rank;
+  if (rank < 2 || rank > 4) {
+    throw new RangeError(
+      `${fn}: query must have rank 2 [L,E], 3 [B,L,E] or 4 [B,H,L,E], got rank ${rank} (${shapes()})`,
+    );
+  }
+  if (k.rank !== rank)
+    throw new RangeError(`${fn}: key has rank ${k.rank} but query has rank ${rank} (${shapes()})`);
+  if (v && v.rank !== rank) {
+    throw new RangeError(`${fn}: value has rank ${v.rank} but query has rank ${rank} (${shapes()})`);
+  }
+
+  const [L, E] = q.shape.slice(-2);
+  const [S, Ek] = k.shape.slice(-2);
+  if (Ek !== E) throw new RangeError(`${fn}: key has E=${Ek} but query has E=${E} (${shapes()})`);
+  if (E === 0) throw new RangeError(`${fn}: query and key have E=0; attention needs E ≥ 1 (${shapes()})`);
+  let Ev = 0;
+  if (v) {
+    const Sv = v.shape[rank - 2];
+    if (Sv !== S) throw new RangeError(`${fn}: value has S=${Sv} but key has S=${S} (${shapes()})`);
+    Ev = v.shape[rank - 1];
+  }
+
+  const B = rank >= 3 ? q.shape[0] : 1;
+  for (const [name, t] of [
+    ['key', k],
+    ['value', v],
+  ] as const) {
+    if (t && rank >= 3 && t.shape[0] !== B) {
+      throw new RangeError(`${fn}: ${name} has batch ${t.shape[0]} but query has batch ${B} (${shapes()})`);
+    }
+  }
+  const Hq = rank === 4 ? q.shape[1] : 1;
+  const Hkv = rank === 4 ? k.shape[1] : 1;
+  if (v && rank === 4 && v.shape[1] !== Hkv) {
+    throw new RangeError(`${fn}: value has ${v.shape[1]} heads but key has ${Hkv} (${shapes()})`);
+  }
+  if (Hkv === 0 ? Hq !== 0 : Hq % Hkv !== 0) {
+    throw new RangeError(
+      `${fn}: query has Hq=${Hq} heads, which is not a multiple of key/value's Hkv=${Hkv} (${shapes()})`,
+    );
+  }
+
+  const outShape = [...q.shape.slice(0, -1), Ev];
+  const weightsShape = [...q.shape.slice(0, -1), S];
+  const mask = resolveBroadcast(fn, 'mask', options.mask, weightsShape, shapes);
+  const bias = resolveBroadcast(fn, 'bias', options.bias, weightsShape, shapes);
+
+  let scale = 1 / Math.sqrt(E);
+  if (options.scale !== undefined) {
+    if (typeof options.scale !== 'number' || !Number.isFinite(options.scale)) {
+      throw new RangeError(`${fn}: scale must be a finite number, got ${String(options.scale)}`);
+    }
+    scale = options.scale;
+  }
+
+  const causal = options.causal ?? false;
+  if (causal !== true && causal !== false && causal !== 'bottom-right' && causal !== 'top-left') {
+    throw new TypeError(
+      `${fn}: causal must be true, false, 'bottom-right' or 'top-left', got ${JSON.stringify(causal)}`,
+    );
+  }
+  const shift = causal === 'top-left' ? 0 : S - L;
+  let left = Number.POSITIVE_INFINITY;
+  let right = Number.POSITIVE_INFINITY;
+  if (options.window !== undefined) [left, right] = resolveWindow(fn, options.window);
+  if (causal) right = Math.min(right, 0);
+
+  return {
+    problem: {
+      B,
+      Hq,
+      Hkv,
+      L,
+      S,
+      E,
+      Ev,
+      q: q.data,
+      k: k.data,
+      v: v ? v.data : new Float32Array(0),
+      scale,
+      mask,
+      bias,
+      shift,
+      left,
+      right,
+    },
+    outShape,
+    weightsShape,
+  };
+}
+
+function resolveWindow(fn: string, window: unknown): [number, number] {
+  const ok =
+    Array.isArray(window) &&
+    window.length === 2 &&
+    window.every((w) => typeof w === 'number' && Number.isInteger(w) && w >= -1);
+  if (!ok) {
+    throw new RangeError(
+      `${fn}: window must be [left, right] with integers ≥ 0, or −1 for unbounded, got ${JSON.stringify(window)}`,
+    );
+  }
+  const [l, r] = window as number[];
+  return [l === -1 ? Number.POSITIVE_INFINITY : l, r === -1 ? Number.POSITIVE_INFINITY : r];
+}
+
+/** Broadcast strides of a mask or bias against the weights' shape, mapped onto [B, H, L, S]. */
+function resolveBroadcast(
+  fn: string,
+  arg: string,
+  value: TensorLike | undefined,
+  target: number[],
+  shapes: () => string,
+): BroadcastView | undefined {
+  if (value === undefined) return undefined;
+  const t: Tensor = toTensor(value, fn, arg);
+  const strides = broadcastStrides(t.shape, target);
+  if (!strides) {
+    throw new RangeError(
+      `${fn}: ${arg} of shape ${formatShape(t.shape)} does not broadcast to [..., L, S] = ${formatShape(target)} (${shapes()})`,
+    );
+  }
+  // target is [L,S], [B,L,S] or [B,H,L,S]; missing axes read with stride 0.
+  const [sl, ss] = strides.slice(-2);
+  const sb = target.length >= 3 ? strides[0] : 0;
+  const sh = target.length === 4 ? strides[1] : 0;
+  return { data: t.data, sb, sh, sl, ss };
+}

@@ -1,0 +1,64 @@
+// scaledDotProductAttention and attentionWeights: softmax(q·kᵀ·scale + bias, masked) · v.
+// One decision to know: a query row whose keys are all blocked gets weights 0 and output 0, never NaN
+// and never the uniform average a −1e9 fill produces.
+
+import { referenceKernel } from '../kernels/reference.js';
+import type { AttentionOutputs, AttentionProblem } from '../kernels/types.js';
+import { sizeOf } from '../shape.js';
+import { Tensor, type TensorLike } from '../tensor.js';
+import { type AttentionOptions, planAttention } from './plan.js';
+
+/**
+ * Scaled dot-product attention, softmax(q·kᵀ·scale + bias) · v with masks, causal alignment, sliding
+ * windows and grouped-query heads.
+ *
+ * Shapes: q [..., Hq, L, E], k [..., Hkv, S, E], v [..., Hkv, S, Ev] with rank 2 [L,E], 3 [B,L,E] or
+ * 4 [B,H,L,E]; returns [..., Hq, L, Ev]. Query head h uses key/value head ⌊h / (Hq/Hkv)⌋.
+ *
+ * @example
+ * const q = Tensor.randn([1, 8, 16, 64], { seed: 1 });
+ * const out = scaledDotProductAttention(q, q, q, { causal: true }); // [1, 8, 16, 64]
+ */
+export function scaledDotProductAttention(
+  q: TensorLike,
+  k: TensorLike,
+  v: TensorLike,
+  options: AttentionOptions = {},
+): Tensor {
+  const plan = planAttention('scaledDotProductAttention', q, k, v, options);
+  const out = new Float32Array(sizeOf(plan.outShape));
+  runKernel(plan.problem, { out });
+  return new Tensor(out, plan.outShape);
+}
+
+/**
+ * The attention probabilities softmax(q·kᵀ·scale + bias) with every restriction applied: [..., Hq, L, S].
+ * Rows sum to 1, or are all 0 when every key is blocked. Takes the same options as
+ * `scaledDotProductAttention`.
+ */
+export function attentionWeights(q: TensorLike, k: TensorLike, options: AttentionOptions = {}): Tensor {
+  const plan = planAttention('attentionWeights', q, k, undefined, options);
+  const weights = new Float32Array(sizeOf(plan.weightsShape));
+  runKernel(plan.problem, { weights });
+  return new Tensor(weights, plan.weightsShape);
+}
+
+/** Output and weights from one pass; `fn` names the public caller in errors. */
+export function attendWithWeights(
+  fn: string,
+  q: TensorLike,
+  k: TensorLike,
+  v: TensorLike,
+  options: AttentionOptions,
+): { output: Tensor; weights: Tensor } {
+  const plan = planAttention(fn, q, k, v, options);
+  const out = new Float32Array(sizeOf(plan.outShape));
+  const weights = new Float32Array(sizeOf(plan.weightsShape));
+  runKernel(plan.problem, { out, weights });
+  return { output: new Tensor(out, plan.outShape), weights: new Tensor(weights, plan.weightsShape) };
+}
+
+/** Runs a resolved problem on the kernel that serves it (today: the reference kernel). */
+export function runKernel(problem: AttentionProblem, outputs: AttentionOutputs): void {
+  referenceKernel.forward(problem, outputs);
+}

@@ -1,0 +1,147 @@
+// The `qkv` command: argument parsing, help, and exit codes (0 ok, 1 runtime error, 2 bad usage).
+// One decision to know: `main` takes argv and streams as arguments, so tests run it in-process; bin
+// wiring lives in src/cli.ts.
+
+import { parseArgs } from 'node:util';
+import { type DemoConfig, runDemo } from './demo.js';
+
+export interface CliIO {
+  stdout: { write(text: string): unknown; isTTY?: boolean };
+  stderr: { write(text: string): unknown };
+  env: Record<string, string | undefined>;
+}
+
+const VERSION = '0.1.0';
+const MAX_TOKENS = 64;
+
+const HELP = `qkv: attention in TypeScript, exact and seeded
+
+Usage:
+  qkv demo [options]     the article's self-attention run: shapes, attention matrix, row sums
+  qkv --help             this help
+  qkv --version          the version
+
+Run 'qkv demo --help' for the demo's options.
+`;
+
+const DEMO_HELP = `qkv demo: run self-attention on seeded token embeddings and print the attention matrix
+
+Usage: qkv demo [options]
+
+Options:
+  --tokens <n|words>   number of tokens, or the tokens themselves ("the cat sat"); default 4
+  --d-model <n>        model width d_model; default 512
+  --d-k <n>            query/key width d_k; default 64 (with --heads: d_model / heads)
+  --d-v <n>            value width d_v; default d_k
+  --heads <n>          attention heads; > 1 uses MultiHeadAttention; default 1
+  --causal             causal mask: query i sees keys j ≤ i
+  --seed <n>           seed for embeddings and weights; default 0 (same seed, same output)
+  -h, --help           this help
+
+Rows are queries, columns are keys, every row sums to 1. In a terminal the cells are coloured as a
+heatmap (set NO_COLOR=1 to turn colour off).
+`;
+
+class UsageError extends Error {}
+
+/** Runs the CLI; returns the exit code. */
+export function main(argv: string[], io: CliIO): number {
+  try {
+    const [command, ...rest] = argv;
+    if (command === undefined || command === '--help' || command === '-h' || command === 'help') {
+      io.stdout.write(HELP);
+      return 0;
+    }
+    if (command === '--version' || command === '-v') {
+      io.stdout.write(`${VERSION}\n`);
+      return 0;
+    }
+    if (command === 'demo') return demo(rest, io);
+    throw new UsageError(`unknown command '${command}' (commands: demo; see qkv --help)`);
+  } catch (err) {
+    if (err instanceof UsageError) {
+      io.stderr.write(`qkv: ${err.message}\n`);
+      return 2;
+    }
+    io.stderr.write(`qkv: ${(err as Error).message}\n`);
+    return 1;
+  }
+}
+
+function demo(argv: string[], io: CliIO): number {
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      strict: true,
+      allowPositionals: false,
+      options: {
+        tokens: { type: 'string' },
+        'd-model': { type: 'string' },
+        'd-k': { type: 'string' },
+        'd-v': { type: 'string' },
+        heads: { type: 'string' },
+        causal: { type: 'boolean' },
+        seed: { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    }));
+  } catch (err) {
+    // parseArgs' messages run to several sentences; keep the first (it names the option).
+    const first = (err as Error).message.split(/\. |\n/)[0].replace(/\.$/, '');
+    throw new UsageError(`demo: ${first} (see qkv demo --help)`);
+  }
+  if (values.help) {
+    io.stdout.write(DEMO_HELP);
+    return 0;
+  }
+  const config = demoConfig(values);
+  const color = Boolean(io.stdout.isTTY) && !io.env.NO_COLOR;
+  io.stdout.write(runDemo(config, color));
+  return 0;
+}
+
+function demoConfig(values: Record<string, string | boolean | undefined>): DemoConfig {
+  const int = (name: string, fallback: number, min: number, max: number): number => {
+    const raw = values[name];
+    if (raw === undefined) return fallback;
+    if (typeof raw !== 'string' || !/^\d+$/.test(raw) || Number(raw) < min || Number(raw) > max) {
+      throw new UsageError(`demo: --${name} must be an integer from ${min} to ${max}, got '${String(raw)}'`);
+    }
+    return Number(raw);
+  };
+  let tokens: string[];
+  const rawTokens = values.tokens;
+  if (typeof rawTokens === 'string' && !/^\d+$/.test(rawTokens)) {
+    tokens = rawTokens.split(/[\s,]+/).filter(Boolean);
+    if (tokens.length === 0)
+      throw new UsageError(`demo: --tokens needs a count or at least one word, got '${rawTokens}'`);
+    if (tokens.length > MAX_TOKENS) {
+      throw new UsageError(`demo: --tokens has ${tokens.length} words; at most ${MAX_TOKENS} fit a table`);
+    }
+  } else {
+    const n = int('tokens', 4, 1, MAX_TOKENS);
+    tokens = Array.from({ length: n }, (_, i) => `Token${i}`);
+  }
+  const dModel = int('d-model', 512, 1, 8192);
+  const heads = int('heads', 1, 1, 64);
+  const seed = int('seed', 0, 0, 2 ** 32 - 1);
+  const causal = Boolean(values.causal);
+  if (heads > 1) {
+    if (dModel % heads !== 0) {
+      throw new UsageError(`demo: --d-model ${dModel} is not divisible by --heads ${heads}`);
+    }
+    const hd = dModel / heads;
+    for (const name of ['d-k', 'd-v']) {
+      if (values[name] !== undefined && int(name, hd, 1, 8192) !== hd) {
+        throw new UsageError(
+          `demo: with --heads ${heads}, --${name} is d_model / heads = ${hd}; got ${values[name]}`,
+        );
+      }
+    }
+    return { tokens, dModel, dK: hd, dV: hd, heads, causal, seed };
+  }
+  const dK = int('d-k', 64, 1, 8192);
+  const dV = int('d-v', dK, 1, 8192);
+  return { tokens, dModel, dK, dV, heads, causal, seed };
+}

@@ -1,0 +1,21 @@
+// qkv: the one public entry. Re-exports only; nothing reachable from here imports node:*.
+
+export {
+  MultiHeadAttention,
+  type MultiHeadAttentionOptions,
+  type MultiHeadForwardOptions,
+  type MultiHeadForwardResult,
+} from './attention/multihead.js';
+export type { AttentionOptions, CausalOption } from './attention/plan.js';
+export { attentionWeights, scaledDotProductAttention } from './attention/sdpa.js';
+export {
+  SelfAttention,
+  type SelfAttentionOptions,
+  type SelfAttentionResult,
+} from './attention/self-attention.js';
+export { alibiBias, alibiSlopes } from './position/alibi.js';
+export { applyRope, type RopeOptions } from './position/rope.js';
+export { sinusoidalPositionalEncoding } from './position/sinusoidal.js';
+export { Generator, getDefaultGenerator, manualSeed, type RandomOptions } from './random.js';
+export { formatShape } from './shape.js';
+export { type NestedArray, Tensor, type TensorLike } from './tensor.js';

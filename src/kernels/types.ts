@@ -1,0 +1,61 @@
+// The private contract between the public attention layer and the kernels that compute it.
+// One decision to know: the public layer resolves every option (ranks, GQA, broadcasting, causal
+// alignment, windows) into this flat problem, so a kernel only loops; it never validates user input.
+
+/** A mask or bias read through broadcast strides: element (b, h, i, j) is data[b*sb + h*sh + i*sl + j*ss]. */
+export interface BroadcastView {
+  data: Float32Array;
+  sb: number;
+  sh: number;
+  sl: number;
+  ss: number;
+}
+
+/**
+ * One attention call, flattened to rank 4. Shape letters: B batch, Hq query heads, Hkv key/value heads,
+ * L queries, S keys, E query/key width, Ev value width.
+ *
+ * Key j is visible to query i iff p − left ≤ j ≤ p + right with p = i + shift, and mask(b,h,i,j) ≠ 0.
+ * `left`/`right` are Infinity when unbounded; causal attention is right = min(right, 0).
+ */
+export interface AttentionProblem {
+  B: number;
+  Hq: number;
+  Hkv: number;
+  L: number;
+  S: number;
+  E: number;
+  Ev: number;
+  /** [B, Hq, L, E] */
+  q: Float32Array;
+  /** [B, Hkv, S, E] */
+  k: Float32Array;
+  /** [B, Hkv, S, Ev]; empty when only weights are asked for. */
+  v: Float32Array;
+  scale: number;
+  /** Nonzero = may attend. */
+  mask?: BroadcastView;
+  /** Added to the scaled scores. */
+  bias?: BroadcastView;
+  /** Absolute position of query i is i + shift: S − L for bottom-right alignment, 0 for top-left. */
+  shift: number;
+  left: number;
+  right: number;
+}
+
+/** What a kernel writes. Each buffer is optional: a kernel fills exactly the ones given. */
+export interface AttentionOutputs {
+  /** [B, Hq, L, Ev] */
+  out?: Float32Array;
+  /** [B, Hq, L, S] softmax probabilities. */
+  weights?: Float32Array;
+  /** [B, Hq, L] log-sum-exp of each row's visible scores (−Infinity for a fully blocked row). */
+  lse?: Float32Array;
+}
+
+/** A compute kernel. `supports` returns true, or a reason it cannot serve the call. */
+export interface AttentionKernel {
+  readonly name: string;
+  supports(problem: AttentionProblem, outputs: AttentionOutputs): true | string;
+  forward(problem: AttentionProblem, outputs: AttentionOutputs): void;
+}

@@ -1,0 +1,107 @@
+// Seeded random numbers, so every weight and every demo can be reproduced bit for bit.
+// One decision to know: a `Generator` is a 128-bit xoshiro128** state; the library keeps one
+// default generator (seed 0) that `manualSeed` resets, like torch.manual_seed.
+
+/** A seeded pseudo-random generator (xoshiro128**, seeded through splitmix32). */
+export class Generator {
+  private s0 = 0;
+  private s1 = 0;
+  private s2 = 0;
+  private s3 = 0;
+  /** A second normal deviate left over from the last Box–Muller pair. */
+  private spare: number | undefined;
+
+  constructor(seed = 0) {
+    this.seed(seed);
+  }
+
+  /** Resets the state from `seed` (any finite number; only its integer part's low 32 bits matter). */
+  seed(seed: number): this {
+    if (!Number.isFinite(seed)) throw new RangeError(`Generator: seed must be a finite number, got ${seed}`);
+    // splitmix32 spreads one 32-bit seed over the four words of state.
+    let x = Math.trunc(seed) >>> 0;
+    const next = (): number => {
+      x = (x + 0x9e3779b9) >>> 0;
+      let z = x;
+      z = Math.imul(z ^ (z >>> 16), 0x85ebca6b) >>> 0;
+      z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35) >>> 0;
+      return (z ^ (z >>> 16)) >>> 0;
+    };
+    this.s0 = next();
+    this.s1 = next();
+    this.s2 = next();
+    this.s3 = next();
+    this.spare = undefined;
+    return this;
+  }
+
+  /** A uniform 32-bit unsigned integer. */
+  nextUint32(): number {
+    const result = Math.imul(rotl(Math.imul(this.s1, 5), 7), 9) >>> 0;
+    const t = this.s1 << 9;
+    this.s2 ^= this.s0;
+    this.s3 ^= this.s1;
+    this.s1 ^= this.s2;
+    this.s0 ^= this.s3;
+    this.s2 ^= t;
+    this.s3 = rotl(this.s3, 11);
+    return result;
+  }
+
+  /** A uniform number in [0, 1) with 53 random bits. */
+  random(): number {
+    const hi = this.nextUint32() >>> 5; // 27 bits
+    const lo = this.nextUint32() >>> 6; // 26 bits
+    return (hi * 67108864 + lo) / 9007199254740992;
+  }
+
+  /** A uniform number in [low, high). */
+  uniform(low = 0, high = 1): number {
+    return low + (high - low) * this.random();
+  }
+
+  /** A standard normal deviate (Box–Muller). */
+  normal(mean = 0, std = 1): number {
+    if (this.spare !== undefined) {
+      const z = this.spare;
+      this.spare = undefined;
+      return mean + std * z;
+    }
+    let u = 0;
+    while (u === 0) u = this.random(); // log(0) would be -Infinity
+    const v = this.random();
+    const r = Math.sqrt(-2 * Math.log(u));
+    this.spare = r * Math.sin(2 * Math.PI * v);
+    return mean + std * r * Math.cos(2 * Math.PI * v);
+  }
+}
+
+function rotl(x: number, k: number): number {
+  return (x << k) | (x >>> (32 - k));
+}
+
+let defaultGenerator = new Generator(0);
+
+/** Reseeds the library's default generator (used when no `seed` or `generator` is given). */
+export function manualSeed(seed: number): void {
+  defaultGenerator = new Generator(seed);
+}
+
+/** The library's default generator. */
+export function getDefaultGenerator(): Generator {
+  return defaultGenerator;
+}
+
+/** Options accepted by every seeded creation function. */
+export interface RandomOptions {
+  /** A seed for a fresh generator: the same seed gives the same numbers. */
+  seed?: number;
+  /** A generator to draw from (its state advances). Ignored when `seed` is given. */
+  generator?: Generator;
+}
+
+/** Resolves `{ seed, generator }` to the generator to draw from. */
+export function resolveGenerator(options: RandomOptions | undefined): Generator {
+  if (options?.seed !== undefined) return new Generator(options.seed);
+  return options?.generator ?? defaultGenerator;
+}
