@@ -146,7 +146,7 @@ export class MultiHeadAttention {
     value: TensorLike = key,
     options: MultiHeadForwardOptions = {},
   ): MultiHeadForwardResult {
-    checkOptionNames(FORWARD, options, ['mask', 'bias', 'causal', 'window', 'needWeights']);
+    checkOptionNames(FORWARD, options, ['mask', 'bias', 'causal', 'window', 'kernel', 'needWeights']);
     const q = toTensor(query, FORWARD, 'query');
     const k = toTensor(key, FORWARD, 'key');
     const v = toTensor(value, FORWARD, 'value');
@@ -194,7 +194,7 @@ export class MultiHeadAttention {
     const plan = planAttention(FORWARD, qh, kh, vh, attention);
     const heads = new Float32Array(B * H * L * hd);
     const weights = needWeights ? new Float32Array(sizeOf(plan.weightsShape)) : undefined;
-    runKernel(plan.problem, { out: heads, weights });
+    runKernel(FORWARD, plan, { out: heads, weights });
 
     // Merge heads: [B, H, L, hd] → [B, L, H·hd], then the output projection.
     const merged = swapMiddle(heads, B, H, L, hd);

@@ -2,6 +2,7 @@
 // One decision to know: every error names the calling function, the argument and the shapes involved,
 // and nothing here loops over tensor data (that is the kernels' job).
 
+import { KERNEL_NAMES, type KernelName } from '../kernels/registry.js';
 import type { AttentionProblem, BroadcastView } from '../kernels/types.js';
 import { broadcastStrides, formatShape } from '../shape.js';
 import { type Tensor, type TensorLike, toTensor } from '../tensor.js';
@@ -24,9 +25,14 @@ export interface AttentionOptions {
   window?: readonly [number, number];
   /** Multiplies q·k; default 1/√E. */
   scale?: number;
+  /**
+   * Which kernel computes the call: 'auto' (default) picks the fastest that supports it; 'reference' is
+   * the plain spec; 'flash' the tiled JS kernel; 'wasm' the tiled WASM SIMD kernel.
+   */
+  kernel?: KernelName;
 }
 
-const OPTION_NAMES = ['mask', 'bias', 'causal', 'window', 'scale'] as const;
+const OPTION_NAMES = ['mask', 'bias', 'causal', 'window', 'scale', 'kernel'] as const;
 
 /** Throws on option names the function does not know (a typo like `casual` must not pass silently). */
 export function checkOptionNames(fn: string, options: object, known: readonly string[]): void {
@@ -47,6 +53,8 @@ export interface AttentionPlan {
   outShape: number[];
   /** Shape of the weights: [..., Hq, L, S]. */
   weightsShape: number[];
+  /** The kernel asked for. */
+  kernel: KernelName;
 }
 
 /**
@@ -124,6 +132,13 @@ export function planAttention(
     scale = options.scale;
   }
 
+  const kernel = options.kernel ?? 'auto';
+  if (!KERNEL_NAMES.includes(kernel)) {
+    throw new TypeError(
+      `${fn}: kernel must be one of ${KERNEL_NAMES.join(', ')}, got ${JSON.stringify(kernel)}`,
+    );
+  }
+
   const causal = options.causal ?? false;
   if (causal !== true && causal !== false && causal !== 'bottom-right' && causal !== 'top-left') {
     throw new TypeError(
@@ -157,6 +172,7 @@ export function planAttention(
     },
     outShape,
     weightsShape,
+    kernel,
   };
 }
 

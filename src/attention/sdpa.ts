@@ -2,11 +2,11 @@
 // One decision to know: a query row whose keys are all blocked gets weights 0 and output 0, never NaN
 // and never the uniform average a −1e9 fill produces.
 
-import { referenceKernel } from '../kernels/reference.js';
-import type { AttentionOutputs, AttentionProblem } from '../kernels/types.js';
+import { chooseKernel } from '../kernels/registry.js';
+import { type AttentionOutputs, forwardAll } from '../kernels/types.js';
 import { sizeOf } from '../shape.js';
 import { Tensor, type TensorLike } from '../tensor.js';
-import { type AttentionOptions, planAttention } from './plan.js';
+import { type AttentionOptions, type AttentionPlan, planAttention } from './plan.js';
 
 /**
  * Scaled dot-product attention, softmax(q·kᵀ·scale + bias) · v with masks, causal alignment, sliding
@@ -27,7 +27,7 @@ export function scaledDotProductAttention(
 ): Tensor {
   const plan = planAttention('scaledDotProductAttention', q, k, v, options);
   const out = new Float32Array(sizeOf(plan.outShape));
-  runKernel(plan.problem, { out });
+  runKernel('scaledDotProductAttention', plan, { out });
   return new Tensor(out, plan.outShape);
 }
 
@@ -39,7 +39,7 @@ export function scaledDotProductAttention(
 export function attentionWeights(q: TensorLike, k: TensorLike, options: AttentionOptions = {}): Tensor {
   const plan = planAttention('attentionWeights', q, k, undefined, options);
   const weights = new Float32Array(sizeOf(plan.weightsShape));
-  runKernel(plan.problem, { weights });
+  runKernel('attentionWeights', plan, { weights });
   return new Tensor(weights, plan.weightsShape);
 }
 
@@ -54,11 +54,11 @@ export function attendWithWeights(
   const plan = planAttention(fn, q, k, v, options);
   const out = new Float32Array(sizeOf(plan.outShape));
   const weights = new Float32Array(sizeOf(plan.weightsShape));
-  runKernel(plan.problem, { out, weights });
+  runKernel(fn, plan, { out, weights });
   return { output: new Tensor(out, plan.outShape), weights: new Tensor(weights, plan.weightsShape) };
 }
 
-/** Runs a resolved problem on the kernel that serves it (today: the reference kernel). */
-export function runKernel(problem: AttentionProblem, outputs: AttentionOutputs): void {
-  referenceKernel.forward(problem, outputs);
+/** Runs a planned call on the kernel that serves it. */
+export function runKernel(fn: string, plan: AttentionPlan, outputs: AttentionOutputs): void {
+  forwardAll(chooseKernel(fn, plan.kernel, plan.problem, outputs), plan.problem, outputs);
 }

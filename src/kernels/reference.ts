@@ -2,92 +2,82 @@
 // One decision to know: it materialises the scores one query row at a time ([S] in float64), so memory
 // is O(S) whatever L is; the full [L, S] weights exist only when the caller asks for them.
 
-import type { AttentionKernel, AttentionOutputs, AttentionProblem } from './types.js';
+import { type AttentionKernel, type AttentionOutputs, type AttentionProblem, visibleRange } from './types.js';
 
 /** Serves every call; plain loops, float64 accumulation, blocked keys skipped (never −1e9). */
 export const referenceKernel: AttentionKernel = {
   name: 'reference',
   supports: () => true,
-  forward(p: AttentionProblem, outputs: AttentionOutputs): void {
-    const { B, Hq, Hkv, L, S, E, Ev, q, k, v, scale, mask, bias, shift, left, right } = p;
+  forwardRows(p: AttentionProblem, outputs: AttentionOutputs, bh: number, i0: number, i1: number): void {
+    const { Hq, Hkv, L, S, E, Ev, q, k, v, scale, mask, bias } = p;
     const { out, weights, lse } = outputs;
-    const group = Hq / Hkv; // query heads per key/value head (GQA); 1 for plain attention
     const scores = new Float64Array(S); // one row of scores, then of unnormalised weights
     const blocked = new Uint8Array(S); // 1 where the key is blocked (or its bias is −Infinity)
     const acc = new Float64Array(Ev);
 
-    for (let b = 0; b < B; b++) {
-      for (let h = 0; h < Hq; h++) {
-        const hk = Math.floor(h / group); // PyTorch's enable_gqa mapping
-        const kBase = (b * Hkv + hk) * S * E; // k[b, hk] : [S, E]
-        const vBase = (b * Hkv + hk) * S * Ev; // v[b, hk] : [S, Ev]
-        for (let i = 0; i < L; i++) {
-          const row = (b * Hq + h) * L + i; // index of (b, h, i) in [B, Hq, L]
-          const qBase = row * E; // q[b, h, i] : [E]
-          const pos = i + shift;
-          const lo = Math.max(0, pos - left); // first visible key (window / causal)
-          const hi = Math.min(S - 1, pos + right); // last visible key
+    const b = Math.floor(bh / Hq);
+    const h = bh % Hq;
+    const hk = Math.floor(h / (Hq / Hkv)); // PyTorch's enable_gqa mapping
+    const kBase = (b * Hkv + hk) * S * E; // k[b, hk] : [S, E]
+    const vBase = (b * Hkv + hk) * S * Ev; // v[b, hk] : [S, Ev]
 
-          // Pass 1: scaled scores (+ bias) of visible keys, −Infinity for blocked ones; row max.
-          let max = Number.NEGATIVE_INFINITY;
-          for (let j = 0; j < S; j++) {
-            if (j < lo || j > hi || (mask && maskAt(mask, b, h, i, j) === 0)) {
-              scores[j] = Number.NEGATIVE_INFINITY;
-              continue;
-            }
-            let dot = 0;
-            const kRow = kBase + j * E;
-            for (let e = 0; e < E; e++) dot += q[qBase + e] * k[kRow + e];
-            let s = dot * scale;
-            if (bias) s += bias.data[b * bias.sb + h * bias.sh + i * bias.sl + j * bias.ss];
-            scores[j] = s;
-            max = Math.max(max, s); // Math.max keeps a NaN score visible (a `>` test would drop it)
-          }
+    for (let i = i0; i < i1; i++) {
+      const row = bh * L + i; // index of (b, h, i) in [B, Hq, L]
+      const qBase = row * E; // q[b, h, i] : [E]
+      const [lo, hi] = visibleRange(p, i); // window / causal
 
-          // A row whose every key is blocked (mask, window, causal, or −Infinity bias) is all zeros.
-          if (max === Number.NEGATIVE_INFINITY) {
-            if (weights) weights.fill(0, row * S, row * S + S);
-            if (out) out.fill(0, row * Ev, row * Ev + Ev);
-            if (lse) lse[row] = Number.NEGATIVE_INFINITY;
-            continue;
-          }
-
-          // Pass 2: exp(s − max) and the row sum (the whole row is here, so no online rescaling).
-          let sum = 0;
-          for (let j = 0; j < S; j++) {
-            const s = scores[j];
-            blocked[j] = s === Number.NEGATIVE_INFINITY ? 1 : 0;
-            const w = blocked[j] ? 0 : Math.exp(s - max);
-            scores[j] = w;
-            sum += w;
-          }
-          if (lse) lse[row] = max + Math.log(sum);
-
-          // Pass 3: normalise, write weights, accumulate weights · V over the unblocked keys.
-          const inv = 1 / sum;
-          if (weights) for (let j = 0; j < S; j++) weights[row * S + j] = scores[j] * inv;
-          if (out) {
-            acc.fill(0);
-            for (let j = 0; j < S; j++) {
-              if (blocked[j]) continue; // a blocked key's value never reaches the output
-              const w = scores[j];
-              const vRow = vBase + j * Ev;
-              for (let e = 0; e < Ev; e++) acc[e] += w * v[vRow + e];
-            }
-            for (let e = 0; e < Ev; e++) out[row * Ev + e] = acc[e] * inv;
-          }
+      // Pass 1: scaled scores (+ bias) of visible keys, −Infinity for blocked ones; row max.
+      let max = Number.NEGATIVE_INFINITY;
+      for (let j = 0; j < S; j++) {
+        if (
+          j < lo ||
+          j > hi ||
+          (mask && mask.data[b * mask.sb + h * mask.sh + i * mask.sl + j * mask.ss] === 0)
+        ) {
+          scores[j] = Number.NEGATIVE_INFINITY;
+          continue;
         }
+        let dot = 0;
+        const kRow = kBase + j * E;
+        for (let e = 0; e < E; e++) dot += q[qBase + e] * k[kRow + e];
+        let s = dot * scale;
+        if (bias) s += bias.data[b * bias.sb + h * bias.sh + i * bias.sl + j * bias.ss];
+        scores[j] = s;
+        max = Math.max(max, s); // Math.max keeps a NaN score visible (a `>` test would drop it)
+      }
+
+      // A row whose every key is blocked (mask, window, causal, or −Infinity bias) is all zeros.
+      if (max === Number.NEGATIVE_INFINITY) {
+        if (weights) weights.fill(0, row * S, row * S + S);
+        if (out) out.fill(0, row * Ev, row * Ev + Ev);
+        if (lse) lse[row] = Number.NEGATIVE_INFINITY;
+        continue;
+      }
+
+      // Pass 2: exp(s − max) and the row sum (the whole row is here, so no online rescaling).
+      let sum = 0;
+      for (let j = 0; j < S; j++) {
+        const s = scores[j];
+        blocked[j] = s === Number.NEGATIVE_INFINITY ? 1 : 0;
+        const w = blocked[j] ? 0 : Math.exp(s - max);
+        scores[j] = w;
+        sum += w;
+      }
+      if (lse) lse[row] = max + Math.log(sum);
+
+      // Pass 3: normalise, write weights, accumulate weights · V over the unblocked keys.
+      const inv = 1 / sum;
+      if (weights) for (let j = 0; j < S; j++) weights[row * S + j] = scores[j] * inv;
+      if (out) {
+        acc.fill(0);
+        for (let j = 0; j < S; j++) {
+          if (blocked[j]) continue; // a blocked key's value never reaches the output
+          const w = scores[j];
+          const vRow = vBase + j * Ev;
+          for (let e = 0; e < Ev; e++) acc[e] += w * v[vRow + e];
+        }
+        for (let e = 0; e < Ev; e++) out[row * Ev + e] = acc[e] * inv;
       }
     }
   },
 };
-
-function maskAt(
-  m: NonNullable<AttentionProblem['mask']>,
-  b: number,
-  h: number,
-  i: number,
-  j: number,
-): number {
-  return m.data[b * m.sb + h * m.sh + i * m.sl + j * m.ss];
-}

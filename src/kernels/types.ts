@@ -53,9 +53,29 @@ export interface AttentionOutputs {
   lse?: Float32Array;
 }
 
-/** A compute kernel. `supports` returns true, or a reason it cannot serve the call. */
+/**
+ * A compute kernel. `supports` returns true, or a reason it cannot serve the call. `forwardRows` computes
+ * query rows [i0, i1) of one (batch, head) pair `bh` = b·Hq + h and writes only their slices of the
+ * outputs, so a worker pool can split a call into independent tasks.
+ */
 export interface AttentionKernel {
   readonly name: string;
   supports(problem: AttentionProblem, outputs: AttentionOutputs): true | string;
-  forward(problem: AttentionProblem, outputs: AttentionOutputs): void;
+  forwardRows(problem: AttentionProblem, outputs: AttentionOutputs, bh: number, i0: number, i1: number): void;
+}
+
+/** Runs every row of every (batch, head) pair on one kernel. */
+export function forwardAll(
+  kernel: AttentionKernel,
+  problem: AttentionProblem,
+  outputs: AttentionOutputs,
+): void {
+  const pairs = problem.B * problem.Hq;
+  for (let bh = 0; bh < pairs; bh++) kernel.forwardRows(problem, outputs, bh, 0, problem.L);
+}
+
+/** First and last key visible to query i under the causal/window rule (hi < lo when none is). */
+export function visibleRange(p: AttentionProblem, i: number): [number, number] {
+  const pos = i + p.shift;
+  return [Math.max(0, pos - p.left), Math.min(p.S - 1, pos + p.right)];
 }

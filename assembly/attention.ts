@@ -1,0 +1,237 @@
+// WASM SIMD128 inner loops of the tiled attention kernel (AssemblyScript; built twice: plain SIMD and
+// relaxed-SIMD, where `madd` becomes a fused multiply-add).
+// One decision to know: JS owns the memory layout and the loops over heads and chunks (src/kernels/wasm.ts);
+// this module only runs one query chunk against one key/value chunk and keeps the online-softmax state
+// (FlashAttention-2, arXiv:2307.08691) in memory between calls. Everything is f32; pointers are bytes.
+//
+// Layouts (all f32, row-major, padded by the caller):
+//   q     [rowsPad, E]      query rows of the chunk, pre-multiplied by the scale; rowsPad a multiple of 4
+//   kt    [E, ldk]          keys of the chunk, transposed; ldk is a multiple of 8 (pad columns are 0)
+//   v     [ldk, EvPad]      values of the chunk; EvPad is a multiple of 8 (pad entries are 0)
+//   tile  [4, colsPad]      scratch: scores, then probabilities, of 4 rows
+//   m, l  [rowsPad]         running max and running sum per row
+//   acc   [rowsPad, EvPad]  running Σ p·v, unnormalised
+
+const NEG_INF: f32 = -Infinity;
+
+@inline
+function madd(a: v128, b: v128, c: v128): v128 {
+  if (ASC_FEATURE_RELAXED_SIMD) return f32x4.relaxed_madd(a, b, c);
+  return f32x4.add(f32x4.mul(a, b), c);
+}
+
+/** exp(x) for 4 lanes, x ≤ 0 or NaN: Cody–Waite range reduction and a degree-6 polynomial (~1 ulp). */
+@inline
+function exp4(x: v128): v128 {
+  x = f32x4.max(x, f32x4.splat(-87.0)); // NaN stays NaN (wasm max propagates it); 2^-126 floor
+  const n = f32x4.nearest(f32x4.mul(x, f32x4.splat(1.44269504)));
+  // r = x − n·ln2, with ln2 split into a high part (exact in f32 for |n| < 2^9) and a low correction.
+  let r = madd(n, f32x4.splat(-0.693145751953125), x);
+  r = madd(n, f32x4.splat(-1.428606765330187e-6), r);
+  let p = f32x4.splat(1.3888889e-3);
+  p = madd(p, r, f32x4.splat(8.3333333e-3));
+  p = madd(p, r, f32x4.splat(4.1666667e-2));
+  p = madd(p, r, f32x4.splat(1.6666667e-1));
+  p = madd(p, r, f32x4.splat(0.5));
+  p = madd(p, r, f32x4.splat(1.0));
+  p = madd(p, r, f32x4.splat(1.0));
+  const scaleBits = i32x4.shl(i32x4.add(i32x4.trunc_sat_f32x4_s(n), i32x4.splat(127)), 23);
+  return f32x4.mul(p, scaleBits);
+}
+
+/** First byte the caller may use: everything below belongs to the module's static data. */
+export function heapBase(): usize {
+  return (__heap_base + 15) & ~15;
+}
+
+/** Resets the state of `rowsPad` rows: m = −∞, l = 0, acc = 0. */
+export function reset(m: usize, l: usize, acc: usize, rowsPad: i32, EvPad: i32): void {
+  for (let r = 0; r < rowsPad; r++) {
+    store<f32>(m + (<usize>r << 2), NEG_INF);
+    store<f32>(l + (<usize>r << 2), 0);
+  }
+  memory.fill(acc, 0, <usize>(rowsPad * EvPad) << 2);
+}
+
+/**
+ * One query chunk against one key/value chunk.
+ * Rows are absolute query indices i0 + r; columns absolute key indices j0 + c, c < cols.
+ * Key j is visible to query i iff p − left ≤ j ≤ p + right (p = i + shift) and, when given, the mask
+ * is nonzero; bias is added to the scaled score. `band` = 0 when every (row, column) of this call is
+ * inside the band (the caller knows), so the rule is evaluated only on boundary chunks; with band = 1
+ * each group of 4 rows also clips its columns to the band, so causal and windowed calls skip the
+ * masked part of a chunk instead of computing and discarding it. left/right < 2^30 (2^30 = unbounded).
+ * mask/bias: pointers to element (i0, j0) of the (b, h) slice, with element strides sl (rows), ss (cols).
+ */
+export function attend(
+  q: usize, kt: usize, v: usize, tile: usize, m: usize, l: usize, acc: usize,
+  rows: i32, cols: i32, E: i32, ldk: i32, EvPad: i32,
+  i0: i32, j0: i32, shift: i32, left: i32, right: i32, band: i32,
+  mask: usize, maskSl: i32, maskSs: i32, bias: usize, biasSl: i32, biasSs: i32,
+): void {
+  const rowsPad = (rows + 3) & ~3;
+  const colsPad = (cols + 7) & ~7;
+  const ldkBytes = <usize>ldk << 2;
+  const tileBytes = <usize>colsPad << 2; // tile row stride
+  for (let r0 = 0; r0 < rowsPad; r0 += 4) {
+    // The columns any of these 4 rows may see: [cStart, cEnd), 8-aligned; skip the group if none.
+    let cStart = 0;
+    let cEnd = colsPad;
+    if (band != 0) {
+      const lo = i0 + r0 + shift - left - j0; // first visible column of the group's first row
+      const hi = i0 + r0 + 3 + shift + right - j0; // last visible column of its last row
+      if (hi < 0 || lo >= cols) continue;
+      cStart = max(lo, 0) & ~7;
+      cEnd = min(colsPad, (min(hi, cols - 1) + 8) & ~7);
+    }
+    // Pass 1: scores of 4 rows × the group's columns, 8 columns at a time: s = (q·scale)·k.
+    const q0 = q + (<usize>(r0 * E) << 2);
+    const qStride = <usize>E << 2;
+    for (let c = cStart; c < cEnd; c += 8) {
+      let a00 = f32x4.splat(0), a01 = f32x4.splat(0);
+      let a10 = f32x4.splat(0), a11 = f32x4.splat(0);
+      let a20 = f32x4.splat(0), a21 = f32x4.splat(0);
+      let a30 = f32x4.splat(0), a31 = f32x4.splat(0);
+      let kp = kt + (<usize>c << 2);
+      let qp = q0;
+      for (let e = 0; e < E; e++) {
+        const k0 = v128.load(kp);
+        const k1 = v128.load(kp, 16);
+        const x0 = v128.load32_splat(qp); // one broadcast load each
+        const x1 = v128.load32_splat(qp + qStride);
+        const x2 = v128.load32_splat(qp + 2 * qStride);
+        const x3 = v128.load32_splat(qp + 3 * qStride);
+        a00 = madd(x0, k0, a00); a01 = madd(x0, k1, a01);
+        a10 = madd(x1, k0, a10); a11 = madd(x1, k1, a11);
+        a20 = madd(x2, k0, a20); a21 = madd(x2, k1, a21);
+        a30 = madd(x3, k0, a30); a31 = madd(x3, k1, a31);
+        kp += ldkBytes;
+        qp += 4;
+      }
+      const t = tile + (<usize>c << 2);
+      v128.store(t, a00); v128.store(t, a01, 16);
+      v128.store(t + tileBytes, a10); v128.store(t + tileBytes, a11, 16);
+      v128.store(t + 2 * tileBytes, a20); v128.store(t + 2 * tileBytes, a21, 16);
+      v128.store(t + 3 * tileBytes, a30); v128.store(t + 3 * tileBytes, a31, 16);
+    }
+
+    // Pass 2 (scalar, only where needed): band rule, mask, bias; padding columns are always blocked.
+    for (let rr = 0; rr < 4; rr++) {
+      const row = r0 + rr;
+      const t = tile + <usize>rr * tileBytes;
+      if (row >= rows) {
+        for (let c = cStart; c < cEnd; c++) store<f32>(t + (<usize>c << 2), NEG_INF);
+        continue;
+      }
+      for (let c = max(cols, cStart); c < cEnd; c++) store<f32>(t + (<usize>c << 2), NEG_INF);
+      if (band == 0 && mask == 0 && bias == 0) continue;
+      const pos = i0 + row + shift;
+      const last = min(cols, cEnd);
+      if (mask == 0 && bias == 0) {
+        // Band only: block the few columns of the group's range that fall outside this row's band.
+        const lo = min(max(pos - left - j0, cStart), last);
+        const hi = max(min(pos + right - j0 + 1, last), lo);
+        for (let c = cStart; c < lo; c++) store<f32>(t + (<usize>c << 2), NEG_INF);
+        for (let c = hi; c < last; c++) store<f32>(t + (<usize>c << 2), NEG_INF);
+        continue;
+      }
+      for (let c = cStart; c < last; c++) {
+        const j = j0 + c;
+        const tp = t + (<usize>c << 2);
+        if (band != 0 && (j < pos - left || j > pos + right)) {
+          store<f32>(tp, NEG_INF);
+          continue;
+        }
+        if (mask != 0 && load<f32>(mask + (<usize>(row * maskSl + c * maskSs) << 2)) == 0) {
+          store<f32>(tp, NEG_INF);
+          continue;
+        }
+        if (bias != 0) store<f32>(tp, load<f32>(tp) + load<f32>(bias + (<usize>(row * biasSl + c * biasSs) << 2)));
+      }
+    }
+
+    // Pass 3: online softmax per row: new max, rescale l and acc, p = exp(s − m) (0 where blocked).
+    const ninf = f32x4.splat(NEG_INF);
+    for (let rr = 0; rr < 4; rr++) {
+      const row = r0 + rr;
+      const t = tile + <usize>rr * tileBytes;
+      const mp = m + (<usize>row << 2);
+      let vmax = ninf;
+      for (let c = cStart; c < cEnd; c += 4) vmax = f32x4.max(vmax, v128.load(t + (<usize>c << 2)));
+      const mOld = load<f32>(mp);
+      const mNew = max(
+        max(max(f32x4.extract_lane(vmax, 0), f32x4.extract_lane(vmax, 1)), max(f32x4.extract_lane(vmax, 2), f32x4.extract_lane(vmax, 3))),
+        mOld,
+      );
+      if (mNew == NEG_INF) {
+        // Nothing visible to this row yet: its probabilities for this chunk are all 0.
+        memory.fill(t + (<usize>cStart << 2), 0, <usize>(cEnd - cStart) << 2);
+        continue;
+      }
+      const vm = f32x4.splat(mNew);
+      let vsum = f32x4.splat(0);
+      for (let c = cStart; c < cEnd; c += 4) {
+        const tp = t + (<usize>c << 2);
+        const s = v128.load(tp);
+        const p = v128.and(exp4(f32x4.sub(s, vm)), f32x4.ne(s, ninf));
+        v128.store(tp, p);
+        vsum = f32x4.add(vsum, p);
+      }
+      // exp4 rather than Mathf.exp: Mathf.exp reads a lookup table from static data.
+      const alpha = mOld == NEG_INF ? <f32>0 : f32x4.extract_lane(exp4(f32x4.splat(mOld - mNew)), 0);
+      const sum = f32x4.extract_lane(vsum, 0) + f32x4.extract_lane(vsum, 1) + f32x4.extract_lane(vsum, 2) + f32x4.extract_lane(vsum, 3);
+      store<f32>(mp, mNew);
+      store<f32>(l + (<usize>row << 2), load<f32>(l + (<usize>row << 2)) * alpha + sum);
+      if (alpha != 1) {
+        const va = f32x4.splat(alpha);
+        const ap = acc + (<usize>(row * EvPad) << 2);
+        for (let e = 0; e < EvPad; e += 4) {
+          const x = ap + (<usize>e << 2);
+          v128.store(x, f32x4.mul(v128.load(x), va));
+        }
+      }
+    }
+
+    // Pass 4: acc[4 rows, :] += p[4 rows, cols] · v[cols, :], 8 value columns at a time.
+    const evBytes = <usize>EvPad << 2;
+    for (let e = 0; e < EvPad; e += 8) {
+      const a0p = acc + (<usize>(r0 * EvPad + e) << 2);
+      let a00 = v128.load(a0p), a01 = v128.load(a0p, 16);
+      let a10 = v128.load(a0p + evBytes), a11 = v128.load(a0p + evBytes, 16);
+      let a20 = v128.load(a0p + 2 * evBytes), a21 = v128.load(a0p + 2 * evBytes, 16);
+      let a30 = v128.load(a0p + 3 * evBytes), a31 = v128.load(a0p + 3 * evBytes, 16);
+      const last = min(cols, cEnd);
+      let vp = v + (<usize>(cStart * EvPad + e) << 2);
+      let tp = tile + (<usize>cStart << 2);
+      for (let c = cStart; c < last; c++) {
+        const v0 = v128.load(vp);
+        const v1 = v128.load(vp, 16);
+        const p0 = v128.load32_splat(tp);
+        const p1 = v128.load32_splat(tp + tileBytes);
+        const p2 = v128.load32_splat(tp + 2 * tileBytes);
+        const p3 = v128.load32_splat(tp + 3 * tileBytes);
+        a00 = madd(p0, v0, a00); a01 = madd(p0, v1, a01);
+        a10 = madd(p1, v0, a10); a11 = madd(p1, v1, a11);
+        a20 = madd(p2, v0, a20); a21 = madd(p2, v1, a21);
+        a30 = madd(p3, v0, a30); a31 = madd(p3, v1, a31);
+        vp += evBytes;
+        tp += 4;
+      }
+      v128.store(a0p, a00); v128.store(a0p, a01, 16);
+      v128.store(a0p + evBytes, a10); v128.store(a0p + evBytes, a11, 16);
+      v128.store(a0p + 2 * evBytes, a20); v128.store(a0p + 2 * evBytes, a21, 16);
+      v128.store(a0p + 3 * evBytes, a30); v128.store(a0p + 3 * evBytes, a31, 16);
+    }
+  }
+}
+
+/** out[r, :] = acc[r, :] / l[r] (0 for rows that saw no key), for the first `rows` rows. */
+export function finish(out: usize, m: usize, l: usize, acc: usize, rows: i32, EvPad: i32): void {
+  for (let r = 0; r < rows; r++) {
+    const seen = load<f32>(m + (<usize>r << 2)) != NEG_INF;
+    const inv = f32x4.splat(seen ? <f32>1 / load<f32>(l + (<usize>r << 2)) : <f32>0);
+    const ap = acc + (<usize>(r * EvPad) << 2);
+    const op = out + (<usize>(r * EvPad) << 2);
+    for (let e = 0; e < EvPad; e += 4) v128.store(op + (<usize>e << 2), f32x4.mul(v128.load(ap + (<usize>e << 2)), inv));
+  }
+}

@@ -1,0 +1,147 @@
+// The tiled attention kernel in plain JS: FlashAttention-2's forward (Dao, arXiv:2307.08691) with the
+// online softmax of Milakov & Gimelshein (arXiv:1805.02867).
+// One decision to know: extra memory is O(Br·Bc + Br·Ev) per call, never L×S; key tiles wholly outside
+// the causal/window band are skipped and the band rule is evaluated only on tiles that straddle it.
+
+import { type AttentionKernel, type AttentionOutputs, type AttentionProblem, visibleRange } from './types.js';
+
+/** Query rows per tile. */
+export const BLOCK_ROWS = 32;
+/** Keys per tile. */
+export const BLOCK_COLS = 64;
+
+/** Serves every call; with `weights` asked for it adds a pass that recomputes scores from the saved lse. */
+export const flashKernel: AttentionKernel = {
+  name: 'flash',
+  supports: () => true,
+  forwardRows(p: AttentionProblem, outputs: AttentionOutputs, bh: number, i0: number, i1: number): void {
+    const { Hq, Hkv, L, S, E, Ev, q, k, v, scale, mask, bias } = p;
+    const { out, weights, lse } = outputs;
+    // Weights are recomputed from the log-sum-exp; keep it in float64 so exp(s − lse) stays exact
+    // even for scores of 1e5 (a float32 lse would be off by ~1e-2 there).
+    const rowLse = weights ? new Float64Array(i1 - i0) : undefined;
+    const b = Math.floor(bh / Hq);
+    const h = bh % Hq;
+    const hk = Math.floor(h / (Hq / Hkv)); // PyTorch's enable_gqa mapping
+    const kBase = (b * Hkv + hk) * S * E; // k[b, hk] : [S, E]
+    const vBase = (b * Hkv + hk) * S * Ev; // v[b, hk] : [S, Ev]
+    const maskBase = mask ? b * mask.sb + h * mask.sh : 0;
+    const biasBase = bias ? b * bias.sb + h * bias.sh : 0;
+
+    const tile = new Float64Array(BLOCK_ROWS * BLOCK_COLS); // scores, then probabilities, of one tile
+    const rowMax = new Float64Array(BLOCK_ROWS); // running max m_i
+    const rowSum = new Float64Array(BLOCK_ROWS); // running sum l_i of exp(s − m_i)
+    const acc = new Float64Array(BLOCK_ROWS * Ev); // running Σ exp(s − m_i) · v, unnormalised
+
+    for (let r0 = i0; r0 < i1; r0 += BLOCK_ROWS) {
+      const r1 = Math.min(i1, r0 + BLOCK_ROWS);
+      const rows = r1 - r0;
+      rowMax.fill(Number.NEGATIVE_INFINITY);
+      rowSum.fill(0);
+      acc.fill(0);
+      // The band of keys any row of this tile can see: rows' ranges move right as i grows.
+      const [bandLo] = visibleRange(p, r0);
+      const [, bandHi] = visibleRange(p, r1 - 1);
+      const [innerLo] = visibleRange(p, r1 - 1); // keys ≥ innerLo and ≤ innerHi are visible to every row
+      const [, innerHi] = visibleRange(p, r0);
+
+      for (let c0 = bandLo; c0 <= bandHi; c0 += BLOCK_COLS) {
+        const c1 = Math.min(bandHi + 1, c0 + BLOCK_COLS);
+        const cols = c1 - c0;
+        const interior = c0 >= innerLo && c1 - 1 <= innerHi;
+
+        // Pass 1: tile of scaled scores s = q·k·scale (+ bias); −Infinity where the key is blocked.
+        for (let r = 0; r < rows; r++) {
+          const i = r0 + r;
+          const qBase = (bh * L + i) * E;
+          let lo = c0;
+          let hi = c1 - 1;
+          if (!interior) [lo, hi] = visibleRange(p, i);
+          const t = r * BLOCK_COLS;
+          for (let c = 0; c < cols; c++) {
+            const j = c0 + c;
+            if (j < lo || j > hi || (mask && mask.data[maskBase + i * mask.sl + j * mask.ss] === 0)) {
+              tile[t + c] = Number.NEGATIVE_INFINITY;
+              continue;
+            }
+            const kRow = kBase + j * E;
+            let dot = 0;
+            for (let e = 0; e < E; e++) dot += q[qBase + e] * k[kRow + e];
+            let s = dot * scale;
+            if (bias) s += bias.data[biasBase + i * bias.sl + j * bias.ss];
+            tile[t + c] = s;
+          }
+        }
+
+        // Pass 2: online softmax. New max, rescale what was accumulated, add this tile's exp(s − m)·v.
+        for (let r = 0; r < rows; r++) {
+          const t = r * BLOCK_COLS;
+          let m = rowMax[r];
+          for (let c = 0; c < cols; c++) m = Math.max(m, tile[t + c]);
+          if (m === Number.NEGATIVE_INFINITY) continue; // nothing visible to this row yet
+          const alpha = Math.exp(rowMax[r] - m); // 0 on the first visible tile
+          rowMax[r] = m;
+          let sum = rowSum[r] * alpha;
+          const a = r * Ev;
+          if (alpha !== 1) for (let e = 0; e < Ev; e++) acc[a + e] *= alpha;
+          for (let c = 0; c < cols; c++) {
+            const s = tile[t + c];
+            if (s === Number.NEGATIVE_INFINITY) continue; // blocked: its value never reaches the output
+            const w = Math.exp(s - m);
+            sum += w;
+            if (out) {
+              const vRow = vBase + (c0 + c) * Ev;
+              for (let e = 0; e < Ev; e++) acc[a + e] += w * v[vRow + e];
+            }
+          }
+          rowSum[r] = sum;
+        }
+      }
+
+      // Pass 3: normalise once; rows that saw no key are 0 with lse −Infinity.
+      for (let r = 0; r < rows; r++) {
+        const row = bh * L + r0 + r;
+        const none = rowMax[r] === Number.NEGATIVE_INFINITY;
+        const z = none ? Number.NEGATIVE_INFINITY : rowMax[r] + Math.log(rowSum[r]);
+        if (lse) lse[row] = z;
+        if (rowLse) rowLse[r0 + r - i0] = z;
+        if (!out) continue;
+        const inv = none ? 0 : 1 / rowSum[r];
+        for (let e = 0; e < Ev; e++) out[row * Ev + e] = none ? 0 : acc[r * Ev + e] * inv;
+      }
+    }
+
+    if (weights && rowLse) writeWeights(p, weights, rowLse, bh, i0, i1);
+  },
+};
+
+/** weights[i, j] = exp(s_ij − lse_i) for rows [i0, i1) (rowLse[i − i0]); only when weights are asked for. */
+function writeWeights(
+  p: AttentionProblem,
+  weights: Float32Array,
+  rowLse: Float64Array,
+  bh: number,
+  i0: number,
+  i1: number,
+): void {
+  const { Hq, Hkv, L, S, E, q, k, scale, mask, bias } = p;
+  const b = Math.floor(bh / Hq);
+  const h = bh % Hq;
+  const kBase = (b * Hkv + Math.floor(h / (Hq / Hkv))) * S * E;
+  for (let i = i0; i < i1; i++) {
+    const row = bh * L + i;
+    const base = row * S;
+    weights.fill(0, base, base + S);
+    const z = rowLse[i - i0];
+    if (z === Number.NEGATIVE_INFINITY) continue;
+    const [lo, hi] = visibleRange(p, i);
+    for (let j = lo; j <= hi; j++) {
+      if (mask && mask.data[b * mask.sb + h * mask.sh + i * mask.sl + j * mask.ss] === 0) continue;
+      let dot = 0;
+      for (let e = 0; e < E; e++) dot += q[row * E + e] * k[kBase + j * E + e];
+      let s = dot * scale;
+      if (bias) s += bias.data[b * bias.sb + h * bias.sh + i * bias.sl + j * bias.ss];
+      weights[base + j] = s === Number.NEGATIVE_INFINITY ? 0 : Math.exp(s - z);
+    }
+  }
+}

@@ -1,0 +1,52 @@
+// Kernel dispatch: a fallback chain, first kernel that supports the call wins (hono's pattern).
+// One decision to know: 'auto' never picks the reference kernel while a tiled one can serve, so a long
+// sequence never takes the materialising path by default.
+
+import { flashKernel } from './flash.js';
+import { referenceKernel } from './reference.js';
+import type { AttentionKernel, AttentionOutputs, AttentionProblem } from './types.js';
+import { wasmKernel } from './wasm.js';
+
+/** Names accepted by the `kernel` option. */
+export type KernelName = 'auto' | 'reference' | 'flash' | 'wasm';
+
+export const KERNEL_NAMES: readonly KernelName[] = ['auto', 'reference', 'flash', 'wasm'];
+
+const kernels = new Map<string, AttentionKernel>([
+  ['wasm', wasmKernel],
+  ['flash', flashKernel],
+  ['reference', referenceKernel],
+]);
+
+/** Fastest first; 'auto' walks this list (the WASM kernel declines where WASM SIMD is missing). */
+const autoOrder: string[] = ['wasm', 'flash', 'reference'];
+
+/** The kernel by name (for the worker pool, which receives names). */
+export function kernelByName(name: string): AttentionKernel | undefined {
+  return kernels.get(name);
+}
+
+/** The kernel that serves this call; throws naming `fn` if the requested one cannot. */
+export function chooseKernel(
+  fn: string,
+  name: KernelName,
+  problem: AttentionProblem,
+  outputs: AttentionOutputs,
+): AttentionKernel {
+  if (name === 'auto') {
+    for (const candidate of autoOrder) {
+      const kernel = kernels.get(candidate)!;
+      if (kernel.supports(problem, outputs) === true) return kernel;
+    }
+    return referenceKernel;
+  }
+  const kernel = kernels.get(name);
+  if (!kernel) {
+    throw new Error(
+      `${fn}: kernel '${name}' is not available in this runtime (available: ${[...kernels.keys()].join(', ')})`,
+    );
+  }
+  const ok = kernel.supports(problem, outputs);
+  if (ok !== true) throw new Error(`${fn}: kernel '${name}' cannot serve this call: ${ok}`);
+  return kernel;
+}

@@ -1,0 +1,282 @@
+// The WASM SIMD attention kernel: JS drives chunks and copies, assembly/attention.ts runs the inner loops.
+// One decision to know: the binary is embedded (base64) and compiled synchronously on first use (it is
+// ~3 KB, under every engine's main-thread limit); the relaxed-SIMD build is used where the runtime
+// validates it, else plain SIMD128, else the kernel reports itself unavailable and 'auto' moves on.
+
+import { flashKernel } from './flash.js';
+import { type AttentionKernel, type AttentionOutputs, type AttentionProblem, visibleRange } from './types.js';
+import { RELAXED_WASM_BASE64, SIMD_WASM_BASE64 } from './wasm-binary.generated.js';
+
+interface KernelExports {
+  memory: WebAssembly.Memory;
+  heapBase(): number;
+  reset(m: number, l: number, acc: number, rowsPad: number, EvPad: number): void;
+  attend(
+    q: number,
+    kt: number,
+    v: number,
+    tile: number,
+    m: number,
+    l: number,
+    acc: number,
+    rows: number,
+    cols: number,
+    E: number,
+    ldk: number,
+    EvPad: number,
+    i0: number,
+    j0: number,
+    shift: number,
+    left: number,
+    right: number,
+    band: number,
+    mask: number,
+    maskSl: number,
+    maskSs: number,
+    bias: number,
+    biasSl: number,
+    biasSs: number,
+  ): void;
+  finish(out: number, m: number, l: number, acc: number, rows: number, EvPad: number): void;
+}
+
+/** Which build runs here: 'relaxed-simd', 'simd', or undefined with the reason in `wasmUnavailable`. */
+export let wasmVariant: 'relaxed-simd' | 'simd' | undefined;
+let wasmUnavailable = '';
+let compiled: WebAssembly.Module | undefined;
+let probed = false;
+
+function decode(base64: string): Uint8Array<ArrayBuffer> {
+  const text = atob(base64);
+  const bytes = new Uint8Array(text.length);
+  for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
+  return bytes;
+}
+
+/** Feature probe: validate the relaxed build, then the plain SIMD build. */
+export function probeWasm(): typeof wasmVariant {
+  if (probed) return wasmVariant;
+  probed = true;
+  try {
+    if (typeof WebAssembly !== 'object') throw new Error('WebAssembly is not available in this runtime');
+    const relaxed = decode(RELAXED_WASM_BASE64);
+    const simd = decode(SIMD_WASM_BASE64);
+    if (WebAssembly.validate(relaxed)) {
+      compiled = new WebAssembly.Module(relaxed);
+      wasmVariant = 'relaxed-simd';
+    } else if (WebAssembly.validate(simd)) {
+      compiled = new WebAssembly.Module(simd);
+      wasmVariant = 'simd';
+    } else {
+      throw new Error('this runtime does not support WebAssembly SIMD128');
+    }
+  } catch (err) {
+    wasmVariant = undefined;
+    wasmUnavailable = (err as Error).message;
+  }
+  return wasmVariant;
+}
+
+/** Why the WASM kernel cannot run here ('' when it can). */
+export function wasmUnavailableReason(): string {
+  probeWasm();
+  return wasmUnavailable;
+}
+
+const ROW_CHUNK = 1024; // query rows per chunk: their state (m, l, acc) stays in WASM memory
+const COL_BLOCK = 256; // keys per attend call: K and V blocks of 64 KB each at E = 64 stay in L2
+const KV_BUDGET = 32 << 20; // bytes of K and V per head copied at once; longer sequences stream
+const UNBOUNDED = 1 << 30;
+
+const pad = (n: number, m: number) => Math.ceil(n / m) * m;
+
+/** One instance (memory + exports) per thread, reused across calls; caches what it copied last. */
+class Instance {
+  readonly exports: KernelExports;
+  private f32: Float32Array;
+  private problem: AttentionProblem | undefined; // mask/bias of this problem are in memory
+  private kvKey = ''; // which (problem, b, hk, s0, s1) K and V in memory belong to
+  private maskPtr = 0;
+  private biasPtr = 0;
+
+  constructor(module: WebAssembly.Module) {
+    this.exports = new WebAssembly.Instance(module, {}).exports as unknown as KernelExports;
+    this.f32 = new Float32Array(this.exports.memory.buffer);
+  }
+
+  /** Grows memory to at least `bytes`; views are re-made because growing detaches the old buffer. */
+  private ensure(bytes: number): void {
+    const memory = this.exports.memory;
+    if (memory.buffer.byteLength < bytes) {
+      memory.grow(Math.ceil((bytes - memory.buffer.byteLength) / 65536));
+      this.kvKey = '';
+    }
+    if (this.f32.buffer !== memory.buffer) this.f32 = new Float32Array(memory.buffer);
+  }
+
+  run(p: AttentionProblem, outputs: AttentionOutputs, bh: number, i0: number, i1: number): void {
+    const { Hq, Hkv, L, S, E, Ev, q, k, v, mask, bias } = p;
+    const { out, lse } = outputs;
+    const b = Math.floor(bh / Hq);
+    const h = bh % Hq;
+    const hk = Math.floor(h / (Hq / Hkv));
+    const EvPad = pad(Math.max(Ev, 1), 8);
+    const rowsMax = pad(Math.min(ROW_CHUNK, i1 - i0), 4);
+    const kvCols = Math.max(8, Math.min(pad(S, 8), pad(Math.floor(KV_BUDGET / 4 / (E + EvPad)), 8)));
+
+    // Memory map (bytes, 16-aligned), from the module's heap base (> 0, so address 0 can mean "no
+    // mask/bias"): mask | bias | K^T [E, kvCols] | V [kvCols, EvPad] | Q [rowsMax, E] | m | l |
+    // acc [rowsMax, EvPad] | tile [4, COL_BLOCK].
+    const base = Math.max(16, this.exports.heapBase());
+    const maskBytes = mask ? pad(mask.data.length * 4, 16) : 0;
+    const biasBytes = bias ? pad(bias.data.length * 4, 16) : 0;
+    const ktPtr = base + maskBytes + biasBytes;
+    const vPtr = ktPtr + E * kvCols * 4;
+    const qPtr = vPtr + kvCols * EvPad * 4;
+    const mPtr = qPtr + rowsMax * E * 4;
+    const lPtr = mPtr + rowsMax * 4;
+    const accPtr = lPtr + rowsMax * 4;
+    const tilePtr = accPtr + rowsMax * EvPad * 4;
+    this.ensure(tilePtr + 4 * pad(COL_BLOCK, 8) * 4);
+    if (this.problem !== p) {
+      // Masks and biases are copied as given (broadcast axes stay size 1), once per call.
+      this.problem = p;
+      this.kvKey = '';
+      this.maskPtr = base;
+      this.biasPtr = base + maskBytes;
+      if (mask) this.f32.set(mask.data, this.maskPtr / 4);
+      if (bias) this.f32.set(bias.data, this.biasPtr / 4);
+    }
+    const ex = this.exports;
+    const f32 = this.f32;
+    const left = Math.min(p.left, UNBOUNDED);
+    const right = Math.min(p.right, UNBOUNDED);
+
+    for (let r0 = i0; r0 < i1; r0 += ROW_CHUNK) {
+      const r1 = Math.min(i1, r0 + ROW_CHUNK);
+      const rows = r1 - r0;
+      const rowsPad = pad(rows, 4);
+      // Q rows of this chunk, times the scale (so the module never multiplies scores), zero-padded to a
+      // multiple of 4 rows.
+      const qFrom = (bh * L + r0) * E;
+      const qTo = qPtr / 4;
+      for (let x = 0; x < rows * E; x++) f32[qTo + x] = q[qFrom + x] * p.scale;
+      f32.fill(0, qPtr / 4 + rows * E, qPtr / 4 + rowsPad * E);
+      ex.reset(mPtr, lPtr, accPtr, rowsPad, EvPad);
+
+      const [bandLo] = visibleRange(p, r0);
+      const [, bandHi] = visibleRange(p, r1 - 1);
+      const [innerLo] = visibleRange(p, r1 - 1);
+      const [, innerHi] = visibleRange(p, r0);
+      for (let s0 = bandLo; s0 <= bandHi; s0 += kvCols) {
+        const s1 = Math.min(bandHi + 1, s0 + kvCols);
+        this.loadKV(p, b, hk, s0, s1, ktPtr, vPtr, kvCols, EvPad, k, v);
+        for (let c0 = s0; c0 < s1; c0 += COL_BLOCK) {
+          const c1 = Math.min(s1, c0 + COL_BLOCK);
+          const interior = c0 >= innerLo && c1 - 1 <= innerHi;
+          const maskAt = mask
+            ? this.maskPtr + 4 * (b * mask.sb + h * mask.sh + r0 * mask.sl + c0 * mask.ss)
+            : 0;
+          const biasAt = bias
+            ? this.biasPtr + 4 * (b * bias.sb + h * bias.sh + r0 * bias.sl + c0 * bias.ss)
+            : 0;
+          ex.attend(
+            qPtr,
+            ktPtr + (c0 - s0) * 4,
+            vPtr + (c0 - s0) * EvPad * 4,
+            tilePtr,
+            mPtr,
+            lPtr,
+            accPtr,
+            rows,
+            c1 - c0,
+            E,
+            kvCols,
+            EvPad,
+            r0,
+            c0,
+            p.shift,
+            left,
+            right,
+            interior ? 0 : 1,
+            maskAt,
+            mask ? mask.sl : 0,
+            mask ? mask.ss : 0,
+            bias ? biasAt : 0,
+            bias ? bias.sl : 0,
+            bias ? bias.ss : 0,
+          );
+        }
+      }
+      ex.finish(accPtr, mPtr, lPtr, accPtr, rows, EvPad);
+      // Copy out rows (dropping the value padding) and lse = m + log(l) in float64.
+      for (let r = 0; r < rows; r++) {
+        const row = bh * L + r0 + r;
+        if (out) out.set(f32.subarray(accPtr / 4 + r * EvPad, accPtr / 4 + r * EvPad + Ev), row * Ev);
+        if (lse) {
+          const m = f32[mPtr / 4 + r];
+          lse[row] = m === Number.NEGATIVE_INFINITY ? m : m + Math.log(f32[lPtr / 4 + r]);
+        }
+      }
+    }
+  }
+
+  /** Copies keys [s0, s1) of k[b, hk] transposed to [E, kvCols] and v[b, hk] to [kvCols, EvPad], once. */
+  private loadKV(
+    p: AttentionProblem,
+    b: number,
+    hk: number,
+    s0: number,
+    s1: number,
+    ktPtr: number,
+    vPtr: number,
+    kvCols: number,
+    EvPad: number,
+    k: Float32Array,
+    v: Float32Array,
+  ): void {
+    const key = `${b},${hk},${s0},${s1}`;
+    if (this.kvKey === key) return; // the same K/V (the next query chunk, or another head of a GQA group)
+    this.kvKey = key;
+    const { S, E, Ev, Hkv } = p;
+    const f32 = this.f32;
+    const cols = s1 - s0;
+    const colsPad = pad(cols, 8);
+    const kBase = (b * Hkv + hk) * S * E;
+    const vBase = (b * Hkv + hk) * S * Ev;
+    const kt = ktPtr / 4;
+    for (let e = 0; e < E; e++) {
+      const row = kt + e * kvCols;
+      for (let c = 0; c < cols; c++) f32[row + c] = k[kBase + (s0 + c) * E + e];
+      f32.fill(0, row + cols, row + colsPad);
+    }
+    const vv = vPtr / 4;
+    if (EvPad === Ev) {
+      f32.set(v.subarray(vBase + s0 * Ev, vBase + s1 * Ev), vv);
+    } else {
+      for (let c = 0; c < cols; c++) {
+        f32.set(v.subarray(vBase + (s0 + c) * Ev, vBase + (s0 + c + 1) * Ev), vv + c * EvPad);
+        f32.fill(0, vv + c * EvPad + Ev, vv + (c + 1) * EvPad);
+      }
+    }
+    f32.fill(0, vv + cols * EvPad, vv + colsPad * EvPad);
+  }
+}
+
+let instance: Instance | undefined;
+
+/** The WASM SIMD kernel; `supports` says why not when the runtime lacks WASM SIMD. */
+export const wasmKernel: AttentionKernel = {
+  name: 'wasm',
+  supports(): true | string {
+    return probeWasm() ? true : `WebAssembly SIMD is unavailable: ${wasmUnavailable}`;
+  },
+  forwardRows(p: AttentionProblem, outputs: AttentionOutputs, bh: number, i0: number, i1: number): void {
+    if (!compiled && !probeWasm()) throw new Error(`wasm kernel: ${wasmUnavailable}`);
+    instance ??= new Instance(compiled!);
+    if (outputs.out || outputs.lse) instance.run(p, outputs, bh, i0, i1);
+    // Weights are an L×S output the caller asked to materialise: the JS tiled kernel writes them in
+    // float64 from exact scores (the f32 scores here would cost accuracy on huge logits).
+    if (outputs.weights) flashKernel.forwardRows(p, { weights: outputs.weights }, bh, i0, i1);
+  },
+};
