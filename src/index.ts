@@ -7,12 +7,18 @@ export {
   type MultiHeadForwardResult,
 } from './attention/multihead.js';
 export type { AttentionOptions, CausalOption } from './attention/plan.js';
+export {
+  type AsyncAttentionOptions,
+  scaledDotProductAttentionAsync,
+  terminateWorkers,
+} from './attention/async.js';
 export { attentionWeights, scaledDotProductAttention } from './attention/sdpa.js';
 export {
   SelfAttention,
   type SelfAttentionOptions,
   type SelfAttentionResult,
 } from './attention/self-attention.js';
+export { type KernelName, kernelSupport } from './kernels/registry.js';
 export { alibiBias, alibiSlopes } from './position/alibi.js';
 export { applyRope, type RopeOptions } from './position/rope.js';
 export { sinusoidalPositionalEncoding } from './position/sinusoidal.js';

@@ -23,7 +23,8 @@ export class Tensor {
    * @throws if `data` is not a Float32Array, a size is negative or not an integer, or the length does not match.
    */
   constructor(data: Float32Array, shape: readonly number[]) {
-    if (!(data instanceof Float32Array)) {
+    // toString, not only instanceof: a Float32Array from another realm (iframe, worker, vm) is fine too.
+    if (!(data instanceof Float32Array) && Object.prototype.toString.call(data) !== '[object Float32Array]') {
       throw new TypeError(
         `Tensor: data must be a Float32Array, got ${describe(data)} (use Tensor.from for nested arrays)`,
       );

@@ -5,7 +5,7 @@
 import { flashKernel } from './flash.js';
 import { referenceKernel } from './reference.js';
 import type { AttentionKernel, AttentionOutputs, AttentionProblem } from './types.js';
-import { wasmKernel } from './wasm.js';
+import { probeWasm, wasmKernel, wasmUnavailableReason } from './wasm.js';
 
 /** Names accepted by the `kernel` option. */
 export type KernelName = 'auto' | 'reference' | 'flash' | 'wasm';
@@ -49,4 +49,12 @@ export function chooseKernel(
   const ok = kernel.supports(problem, outputs);
   if (ok !== true) throw new Error(`${fn}: kernel '${name}' cannot serve this call: ${ok}`);
   return kernel;
+}
+
+/**
+ * Which kernels run here: the WASM kernel's build ('relaxed-simd' with fused multiply-add, or 'simd')
+ * or why it is unavailable; 'flash' and 'reference' run everywhere.
+ */
+export function kernelSupport(): { wasm: 'relaxed-simd' | 'simd' | undefined; wasmUnavailable: string } {
+  return { wasm: probeWasm(), wasmUnavailable: wasmUnavailableReason() };
 }

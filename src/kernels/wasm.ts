@@ -168,11 +168,15 @@ class Instance {
       const [, bandHi] = visibleRange(p, r1 - 1);
       const [innerLo] = visibleRange(p, r1 - 1);
       const [, innerHi] = visibleRange(p, r0);
-      for (let s0 = bandLo; s0 <= bandHi; s0 += kvCols) {
-        const s1 = Math.min(bandHi + 1, s0 + kvCols);
+      // K and V of the whole head when they fit the budget (loaded once, shared by every chunk and every
+      // head of a GQA group); otherwise stream the band in chunks of kvCols keys.
+      const whole = pad(S, 8) <= kvCols;
+      for (let s0 = whole ? 0 : bandLo; s0 <= bandHi; s0 += kvCols) {
+        const s1 = whole ? S : Math.min(bandHi + 1, s0 + kvCols);
         this.loadKV(p, b, hk, s0, s1, ktPtr, vPtr, kvCols, EvPad, k, v);
-        for (let c0 = s0; c0 < s1; c0 += COL_BLOCK) {
-          const c1 = Math.min(s1, c0 + COL_BLOCK);
+        const end = Math.min(s1, bandHi + 1);
+        for (let c0 = Math.max(s0, bandLo); c0 < end; c0 += COL_BLOCK) {
+          const c1 = Math.min(end, c0 + COL_BLOCK);
           const interior = c0 >= innerLo && c1 - 1 <= innerHi;
           const maskAt = mask
             ? this.maskPtr + 4 * (b * mask.sb + h * mask.sh + r0 * mask.sl + c0 * mask.ss)

@@ -1,0 +1,28 @@
+// What every worker runs, whatever the platform: claim tasks until none are left, run the named
+// kernel on each, report done or the error's message.
+
+import { kernelByName } from '../kernels/registry.js';
+import { type FromWorker, problemOf, type ToWorker } from './protocol.js';
+
+/** Handles one message; `reply` posts back to the pool. */
+export function handleMessage(message: ToWorker, reply: (m: FromWorker) => void): void {
+  const { id, job } = message;
+  try {
+    const kernel = kernelByName(job.kernel);
+    if (!kernel) throw new Error(`unknown kernel '${job.kernel}'`);
+    const { problem, out, lse } = problemOf(job);
+    const counter = new Int32Array(job.buffer, 0, 1);
+    const { L } = problem;
+    const blocksPerHead = Math.ceil(L / job.rowsPerTask);
+    for (;;) {
+      const task = Atomics.add(counter, 0, 1);
+      if (task >= job.tasks) break;
+      const bh = Math.floor(task / blocksPerHead);
+      const i0 = (task % blocksPerHead) * job.rowsPerTask;
+      kernel.forwardRows(problem, { out, lse }, bh, i0, Math.min(L, i0 + job.rowsPerTask));
+    }
+    reply({ type: 'done', id });
+  } catch (err) {
+    reply({ type: 'error', id, message: err instanceof Error ? err.message : String(err) });
+  }
+}

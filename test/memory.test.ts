@@ -1,0 +1,65 @@
+// Long sequences never allocate an L×S matrix: every typed array and every WASM memory growth made
+// during the call is recorded, and the largest must be far below L·S elements.
+
+import { afterEach, beforeEach, expect, it } from 'vitest';
+import { attentionWeights, type KernelName, scaledDotProductAttention, Tensor } from '../src/index.js';
+
+let largest = 0; // elements (typed arrays) or 4-byte words (WASM memory)
+const saved = { Float32Array, Float64Array, grow: WebAssembly.Memory.prototype.grow };
+
+beforeEach(() => {
+  largest = 0;
+  for (const name of ['Float32Array', 'Float64Array'] as const) {
+    const Base = saved[name];
+    // A subclass that records sizes; kernels look the global up at call time, so they use it.
+    const Recording = class extends (Base as Float64ArrayConstructor) {
+      // biome-ignore lint/suspicious/noExplicitAny: forwards whatever the caller passed
+      constructor(...args: any[]) {
+        // @ts-expect-error: the base constructor's overloads
+        super(...args);
+        largest = Math.max(largest, this.length);
+      }
+    };
+    (globalThis as Record<string, unknown>)[name] = Recording;
+  }
+  WebAssembly.Memory.prototype.grow = function (this: WebAssembly.Memory, pages: number) {
+    const before = saved.grow.call(this, pages);
+    largest = Math.max(largest, this.buffer.byteLength / 4);
+    return before;
+  };
+});
+
+afterEach(() => {
+  globalThis.Float32Array = saved.Float32Array;
+  globalThis.Float64Array = saved.Float64Array;
+  WebAssembly.Memory.prototype.grow = saved.grow;
+});
+
+const cases: [KernelName, number, boolean][] = [
+  ['auto', 8192, false], // the default path: the WASM kernel
+  ['auto', 8192, true],
+  ['flash', 1024, true],
+  ['flash', 1024, false],
+];
+
+it.each(cases)('kernel %s, L = S = %i, causal %s: no allocation near L×S', (kernel, n, causal) => {
+  const q = saved.Float32Array.from({ length: n * 64 }, (_, i) => Math.sin(i));
+  const x = new Tensor(q, [1, 1, n, 64]);
+  largest = 0;
+  const out = scaledDotProductAttention(x, x, x, { kernel, causal });
+  expect(out.shape).toEqual([1, 1, n, 64]);
+  expect(largest).toBeGreaterThan(0); // the instrumentation saw the call's allocations
+  // The output itself is L×64; anything of L·S/8 or more would be a materialised score matrix.
+  expect(largest).toBeLessThan((n * n) / 8);
+});
+
+it('the instrumentation sees an L×S allocation when one is made', () => {
+  const n = 1024;
+  const x = Tensor.randn([n, 16], { seed: 1 });
+  largest = 0;
+  attentionWeights(x, x); // asks for the [L, S] weights, so it must allocate them
+  expect(largest).toBeGreaterThanOrEqual(n * n);
+  largest = 0;
+  scaledDotProductAttention(x, x, x, { kernel: 'reference' }); // one [S] row at a time
+  expect(largest).toBeLessThan((n * n) / 8);
+});
