@@ -1,7 +1,9 @@
-// Tensor = a Float32Array plus a row-major shape. Nothing more: no strides, no autograd, no lazy ops.
+// Tensor = a typed array plus a row-major shape. Nothing more: no strides, no autograd, no lazy ops.
 // One decision to know: a Tensor is immutable in shape but its data is a plain typed array that callers
-// may read and write; ops never alias their outputs to their inputs (reshape is the one view).
+// may read and write; ops never alias their outputs to their inputs (reshape is the one view). Data is
+// float32, or float16 stored as bit patterns in a Uint16Array (half the memory; see float16.ts).
 
+import { float32ToHalf, fromHalfBits, halfToFloat32 } from './float16.js';
 import { type RandomOptions, resolveGenerator } from './random.js';
 import { checkShape, formatShape, sizeOf, stridesOf } from './shape.js';
 
@@ -11,22 +13,46 @@ export type NestedArray = number | readonly NestedArray[];
 /** Anything a qkv function accepts where it expects a tensor: a Tensor or nested number arrays. */
 export type TensorLike = Tensor | NestedArray;
 
-/** An n-dimensional float32 array in row-major order. */
-export class Tensor {
+/** Element types: float32, or float16 (IEEE binary16 bit patterns in a Uint16Array). */
+export type DType = 'float32' | 'float16';
+
+/** The typed array that holds a dtype's elements. */
+export type DataOf<D extends DType> = D extends 'float16' ? Uint16Array : Float32Array;
+
+function isArrayOf(data: unknown, name: string): boolean {
+  // toString, not only instanceof: a typed array from another realm (iframe, worker, vm) is fine too.
+  return Object.prototype.toString.call(data) === `[object ${name}]`;
+}
+
+/** An n-dimensional array in row-major order: float32 by default, or float16. */
+export class Tensor<D extends DType = 'float32'> {
   /** The elements in row-major order; `data.length` equals the product of `shape`. */
-  readonly data: Float32Array;
+  readonly data: DataOf<D>;
   /** The sizes of each axis (frozen). A scalar has shape []. */
   readonly shape: readonly number[];
+  /** 'float32' (data is a Float32Array) or 'float16' (data holds binary16 bits in a Uint16Array). */
+  readonly dtype: D;
 
   /**
-   * Wraps `data` (not copied) with `shape`.
-   * @throws if `data` is not a Float32Array, a size is negative or not an integer, or the length does not match.
+   * Wraps `data` (not copied) with `shape`. For float16, pass a Uint16Array of bit patterns (or a
+   * Float16Array where the runtime has one) and dtype 'float16'.
+   * @throws if `data` does not match the dtype, a size is negative or not an integer, or the length does not match.
    */
-  constructor(data: Float32Array, shape: readonly number[]) {
-    // toString, not only instanceof: a Float32Array from another realm (iframe, worker, vm) is fine too.
-    if (!(data instanceof Float32Array) && Object.prototype.toString.call(data) !== '[object Float32Array]') {
+  constructor(data: NoInfer<DataOf<D>>, shape: readonly number[], dtype: D = 'float32' as D) {
+    if (dtype === 'float16') {
+      if (isArrayOf(data, 'Float16Array')) {
+        const f16 = data as unknown as ArrayBufferView & { length: number };
+        data = new Uint16Array(f16.buffer, f16.byteOffset, f16.length) as DataOf<D>; // same bits
+      } else if (!isArrayOf(data, 'Uint16Array')) {
+        throw new TypeError(
+          `Tensor: float16 data must be a Uint16Array of bit patterns, got ${describe(data)}`,
+        );
+      }
+    } else if (dtype !== 'float32') {
+      throw new TypeError(`Tensor: dtype must be 'float32' or 'float16', got ${JSON.stringify(dtype)}`);
+    } else if (!isArrayOf(data, 'Float32Array') && !(data instanceof Float32Array)) {
       throw new TypeError(
-        `Tensor: data must be a Float32Array, got ${describe(data)} (use Tensor.from for nested arrays)`,
+        `Tensor: data must be a Float32Array, got ${describe(data)} (use Tensor.from for nested arrays${isArrayOf(data, 'Uint16Array') ? ", or dtype 'float16' for half bits" : ''})`,
       );
     }
     checkShape(shape, 'Tensor');
@@ -38,6 +64,7 @@ export class Tensor {
     }
     this.data = data;
     this.shape = Object.freeze([...shape]);
+    this.dtype = dtype;
   }
 
   /** Number of axes. */
@@ -134,7 +161,7 @@ export class Tensor {
   /** The elements as nested arrays of numbers (a number for a scalar). */
   toArray(): NestedArray {
     const build = (depth: number, offset: number): NestedArray => {
-      if (depth === this.shape.length) return this.data[offset];
+      if (depth === this.shape.length) return this.#at(offset);
       const n = this.shape[depth];
       const step = sizeOf(this.shape.slice(depth + 1));
       const out: NestedArray[] = new Array(n);
@@ -160,11 +187,28 @@ export class Tensor {
       }
       offset += x * strides[i];
     }
-    return this.data[offset];
+    return this.#at(offset);
+  }
+
+  /** The element at a flat offset, as a number (halves decoded). */
+  #at(offset: number): number {
+    return this.dtype === 'float16' ? fromHalfBits(this.data[offset]) : this.data[offset];
+  }
+
+  /**
+   * This tensor in another dtype: float32 → float16 rounds to nearest even (overflow → ±Infinity);
+   * float16 → float32 is exact. The same dtype returns this tensor.
+   */
+  to<T extends DType>(dtype: T): Tensor<T> {
+    if ((dtype as DType) === this.dtype) return this as unknown as Tensor<T>;
+    if (dtype === 'float16') return new Tensor(float32ToHalf(this.data) as DataOf<T>, this.shape, dtype);
+    if (dtype === 'float32')
+      return new Tensor(halfToFloat32(this.data as Uint16Array) as DataOf<T>, this.shape, dtype);
+    throw new TypeError(`Tensor.to: dtype must be 'float32' or 'float16', got ${JSON.stringify(dtype)}`);
   }
 
   /** The same data seen with another shape of the same size; one size may be -1 (inferred). */
-  reshape(shape: readonly number[]): Tensor {
+  reshape(shape: readonly number[]): Tensor<D> {
     const out = [...shape];
     const free = out.indexOf(-1);
     if (free !== -1) {
@@ -184,24 +228,25 @@ export class Tensor {
         `Tensor.reshape: cannot reshape ${formatShape(this.shape)} (${this.size} elements) to ${formatShape(shape)}`,
       );
     }
-    return new Tensor(this.data, out);
+    return new Tensor(this.data, out, this.dtype);
   }
 
   /** A copy with its own data. */
-  clone(): Tensor {
-    return new Tensor(this.data.slice(), this.shape);
+  clone(): Tensor<D> {
+    return new Tensor(this.data.slice() as DataOf<D>, this.shape, this.dtype);
   }
 
-  /** A short description: `Tensor [2,3] [0.1, 0.2, …]`. */
+  /** A short description: `Tensor [2,3] [0.1, 0.2, …]` (`Tensor float16 [2,3] …` for halves). */
   toString(): string {
-    const head = Array.from(this.data.subarray(0, 6), (x) => Number(x.toPrecision(4))).join(', ');
-    return `Tensor ${formatShape(this.shape)} [${head}${this.size > 6 ? ', …' : ''}]`;
+    const head = Array.from({ length: Math.min(6, this.size) }, (_, i) => Number(this.#at(i).toPrecision(4)));
+    const kind = this.dtype === 'float16' ? 'float16 ' : '';
+    return `Tensor ${kind}${formatShape(this.shape)} [${head.join(', ')}${this.size > 6 ? ', …' : ''}]`;
   }
 }
 
-/** Converts a TensorLike argument, naming the function and argument if it cannot. */
-export function toTensor(value: TensorLike, fn: string, arg: string): Tensor {
-  if (value instanceof Tensor) return value;
+/** Converts a TensorLike argument (float16 tensors are widened), naming the function and argument if it cannot. */
+export function toTensor(value: TensorLike | Tensor<DType>, fn: string, arg: string): Tensor {
+  if (value instanceof Tensor) return (value as Tensor<DType>).to('float32');
   if (typeof value === 'number' || Array.isArray(value)) {
     try {
       return Tensor.from(value);

@@ -33,7 +33,8 @@ export function expectAllClose(
   { atol = 1e-5, rtol = 1e-4, label = '' }: { atol?: number; rtol?: number; label?: string } = {},
 ): void {
   // Duck-typed, so tensors of the built package (dist/) compare with tensors of src/.
-  const isTensor = (x: unknown): x is Tensor => typeof x === 'object' && x !== null && 'shape' in x && 'data' in x;
+  const isTensor = (x: unknown): x is Tensor =>
+    typeof x === 'object' && x !== null && 'shape' in x && 'data' in x;
   const want = isTensor(expected) ? expected.data : expected;
   if (isTensor(expected)) expect(actual.shape, `${label} shape`).toEqual(expected.shape);
   expect(actual.data.length, `${label} length`).toBe(want.length);

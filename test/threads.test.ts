@@ -15,9 +15,27 @@ afterAll(() => qkv.terminateWorkers());
 
 describe('scaledDotProductAttentionAsync', () => {
   const cases = [
-    { name: 'causal GQA, L ≠ S, E ≠ Ev', q: [2, 4, 97, 32], k: [2, 2, 130, 32], v: [2, 2, 130, 24], options: { causal: true } },
-    { name: 'top-left causal and a window', q: [1, 2, 200, 16], k: [1, 2, 150, 16], v: [1, 2, 150, 16], options: { causal: 'top-left', window: [30, 0] } },
-    { name: 'mask with blocked rows and a bias', q: [1, 3, 129, 8], k: [1, 3, 129, 8], v: [1, 3, 129, 8], options: { mask: 'rows', bias: true } },
+    {
+      name: 'causal GQA, L ≠ S, E ≠ Ev',
+      q: [2, 4, 97, 32],
+      k: [2, 2, 130, 32],
+      v: [2, 2, 130, 24],
+      options: { causal: true },
+    },
+    {
+      name: 'top-left causal and a window',
+      q: [1, 2, 200, 16],
+      k: [1, 2, 150, 16],
+      v: [1, 2, 150, 16],
+      options: { causal: 'top-left', window: [30, 0] },
+    },
+    {
+      name: 'mask with blocked rows and a bias',
+      q: [1, 3, 129, 8],
+      k: [1, 3, 129, 8],
+      v: [1, 3, 129, 8],
+      options: { mask: 'rows', bias: true },
+    },
   ];
   for (const c of cases) {
     for (const kernel of ['auto', 'flash']) {
@@ -81,7 +99,10 @@ it('a Node process that used the pool exits on its own', () => {
     const out = await scaledDotProductAttentionAsync(q, q, q, { threads: 2 });
     console.log('done', out.shape.join('x'));
   `;
-  const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', timeout: 20_000 });
+  const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+    encoding: 'utf8',
+    timeout: 20_000,
+  });
   expect(run.error).toBeUndefined(); // a timeout would mean the workers kept it alive
   expect(run.status).toBe(0);
   expect(run.stdout.trim()).toBe('done 1x4x256x64');

@@ -4,13 +4,20 @@
 // shared memory (a page that is not cross-origin isolated) the call runs on this thread and says so once.
 
 import { chooseKernel } from '../kernels/registry.js';
+import { float32Problem } from '../kernels/types.js';
 import { sizeOf } from '../shape.js';
-import { Tensor, type TensorLike } from '../tensor.js';
+import type { DType, Tensor } from '../tensor.js';
 import { browserPlatform } from '../threads/browser.js';
 import { type Platform, Pool } from '../threads/pool.js';
 import type { Job, Span } from '../threads/protocol.js';
-import { type AttentionOptions, planAttention } from './plan.js';
-import { runKernel } from './sdpa.js';
+import {
+  type AnyResultOptions,
+  type AttentionInput,
+  type AttentionOptions,
+  type HalfResultOptions,
+  planAttention,
+} from './plan.js';
+import { result, runKernel } from './sdpa.js';
 
 /** Options of scaledDotProductAttentionAsync: those of scaledDotProductAttention, plus `threads`. */
 export interface AsyncAttentionOptions extends AttentionOptions {
@@ -50,18 +57,36 @@ export function terminateWorkers(): void {
  * @example
  * const out = await scaledDotProductAttentionAsync(q, k, v, { causal: true, threads: 2 });
  */
+export function scaledDotProductAttentionAsync(
+  q: AttentionInput,
+  k: AttentionInput,
+  v: AttentionInput,
+  options?: AsyncAttentionOptions,
+): Promise<Tensor>;
+export function scaledDotProductAttentionAsync(
+  q: AttentionInput,
+  k: AttentionInput,
+  v: AttentionInput,
+  options: HalfResultOptions<AsyncAttentionOptions>,
+): Promise<Tensor<'float16'>>;
+export function scaledDotProductAttentionAsync(
+  q: AttentionInput,
+  k: AttentionInput,
+  v: AttentionInput,
+  options: AnyResultOptions<AsyncAttentionOptions>,
+): Promise<Tensor<DType>>;
 export async function scaledDotProductAttentionAsync(
-  q: TensorLike,
-  k: TensorLike,
-  v: TensorLike,
-  options: AsyncAttentionOptions = {},
-): Promise<Tensor> {
+  q: AttentionInput,
+  k: AttentionInput,
+  v: AttentionInput,
+  options: AnyResultOptions<AsyncAttentionOptions> = {},
+): Promise<Tensor<DType>> {
   const { threads: requested, ...attention } = options;
   if (requested !== undefined && (!Number.isSafeInteger(requested) || requested < 1)) {
     throw new RangeError(`${FN}: threads must be a positive integer, got ${String(requested)}`);
   }
   const plan = planAttention(FN, q, k, v, attention);
-  const p = plan.problem;
+  const p = float32Problem(plan.problem); // workers get float32 (halves would need a second code path)
   const out = new Float32Array(sizeOf(plan.outShape));
   const flops = 4 * p.B * p.Hq * p.L * p.S * Math.max(p.E, p.Ev);
   const noShared = platform.sharedMemoryUnavailable();
@@ -72,7 +97,7 @@ export async function scaledDotProductAttentionAsync(
   const threads = Math.min(requested ?? platform.cores(), p.B * p.Hq * Math.ceil(p.L / 32));
   if (noShared || flops < INLINE_FLOPS || threads < 1) {
     runKernel(FN, plan, { out });
-    return new Tensor(out, plan.outShape);
+    return result(out, plan);
   }
 
   const kernel = chooseKernel(FN, plan.kernel, p, { out });
@@ -122,5 +147,5 @@ export async function scaledDotProductAttentionAsync(
   };
   await getPool().run(job, Math.min(threads, tasks));
   out.set(new Float32Array(buffer, outSpan.offset, out.length));
-  return new Tensor(out, plan.outShape);
+  return result(out, plan);
 }

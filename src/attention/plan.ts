@@ -5,7 +5,10 @@
 import { KERNEL_NAMES, type KernelName } from '../kernels/registry.js';
 import type { AttentionProblem, BroadcastView } from '../kernels/types.js';
 import { broadcastStrides, formatShape } from '../shape.js';
-import { type Tensor, type TensorLike, toTensor } from '../tensor.js';
+import { type DType, Tensor, type TensorLike, toTensor } from '../tensor.js';
+
+/** A tensor argument of the attention functions: float32 or float16 Tensor, or nested arrays. */
+export type AttentionInput = TensorLike | Tensor<DType>;
 
 /** Causal alignment: `true` is 'bottom-right' (flash-attn's; PyTorch's is_causal when L = S). */
 export type CausalOption = boolean | 'bottom-right' | 'top-left';
@@ -30,9 +33,18 @@ export interface AttentionOptions {
    * the plain spec; 'flash' the tiled JS kernel; 'wasm' the tiled WASM SIMD kernel.
    */
   kernel?: KernelName;
+  /**
+   * Dtype of the result: 'float32' (default) or 'float16'. Inputs may be float16 either way; the
+   * kernels accumulate in float32 or float64.
+   */
+  dtype?: 'float32';
 }
 
-const OPTION_NAMES = ['mask', 'bias', 'causal', 'window', 'scale', 'kernel'] as const;
+/** The same options asking for a float16 (or a chosen) result dtype. */
+export type HalfResultOptions<O> = Omit<O, 'dtype'> & { dtype: 'float16' };
+export type AnyResultOptions<O> = Omit<O, 'dtype'> & { dtype?: DType };
+
+const OPTION_NAMES = ['mask', 'bias', 'causal', 'window', 'scale', 'kernel', 'dtype'] as const;
 
 /** Throws on option names the function does not know (a typo like `casual` must not pass silently). */
 export function checkOptionNames(fn: string, options: object, known: readonly string[]): void {
@@ -55,6 +67,12 @@ export interface AttentionPlan {
   weightsShape: number[];
   /** The kernel asked for. */
   kernel: KernelName;
+  /** The dtype of the result. */
+  dtype: DType;
+}
+
+function isHalf(x: AttentionInput | undefined): x is Tensor<'float16'> {
+  return x instanceof Tensor && (x as Tensor<DType>).dtype === 'float16';
 }
 
 /**
@@ -63,16 +81,20 @@ export interface AttentionPlan {
  */
 export function planAttention(
   fn: string,
-  qIn: TensorLike,
-  kIn: TensorLike,
-  vIn: TensorLike | undefined,
-  options: AttentionOptions,
+  qIn: AttentionInput,
+  kIn: AttentionInput,
+  vIn: AttentionInput | undefined,
+  options: AnyResultOptions<AttentionOptions>,
   extraOptionNames: readonly string[] = [],
 ): AttentionPlan {
   checkOptionNames(fn, options, [...OPTION_NAMES, ...extraOptionNames]);
-  const q = toTensor(qIn, fn, 'query');
-  const k = toTensor(kIn, fn, 'key');
-  const v = vIn === undefined ? undefined : toTensor(vIn, fn, 'value');
+  // All-float16 inputs stay float16 (kernels that can read halves do; runKernel widens for the rest);
+  // a mix is widened here.
+  const allHalf = isHalf(qIn) && isHalf(kIn) && (vIn === undefined || isHalf(vIn));
+  // Below, q, k and v are read for their shapes; their data only when they are float32.
+  const q = allHalf ? (qIn as unknown as Tensor) : toTensor(qIn, fn, 'query');
+  const k = allHalf ? (kIn as unknown as Tensor) : toTensor(kIn, fn, 'key');
+  const v = vIn === undefined ? undefined : allHalf ? (vIn as unknown as Tensor) : toTensor(vIn, fn, 'value');
   const shapes = () =>
     `query ${formatShape(q.shape)}, key ${formatShape(k.shape)}${v ? `, value ${formatShape(v.shape)}` : ''}`;
 
@@ -132,6 +154,11 @@ export function planAttention(
     scale = options.scale;
   }
 
+  const dtype = options.dtype ?? 'float32';
+  if (dtype !== 'float32' && dtype !== 'float16') {
+    throw new TypeError(`${fn}: dtype must be 'float32' or 'float16', got ${JSON.stringify(dtype)}`);
+  }
+
   const kernel = options.kernel ?? 'auto';
   if (!KERNEL_NAMES.includes(kernel)) {
     throw new TypeError(
@@ -160,9 +187,16 @@ export function planAttention(
       S,
       E,
       Ev,
-      q: q.data,
-      k: k.data,
-      v: v ? v.data : new Float32Array(0),
+      q: allHalf ? new Float32Array(0) : q.data,
+      k: allHalf ? new Float32Array(0) : k.data,
+      v: v && !allHalf ? v.data : new Float32Array(0),
+      half: allHalf
+        ? {
+            q: (q as unknown as Tensor<'float16'>).data,
+            k: (k as unknown as Tensor<'float16'>).data,
+            v: v ? (v as unknown as Tensor<'float16'>).data : new Uint16Array(0),
+          }
+        : undefined,
       scale,
       mask,
       bias,
@@ -173,6 +207,7 @@ export function planAttention(
     outShape,
     weightsShape,
     kernel,
+    dtype,
   };
 }
 

@@ -3,10 +3,17 @@
 // and never the uniform average a −1e9 fill produces.
 
 import { chooseKernel } from '../kernels/registry.js';
-import { type AttentionOutputs, forwardAll } from '../kernels/types.js';
+import { type AttentionOutputs, float32Problem, forwardAll } from '../kernels/types.js';
 import { sizeOf } from '../shape.js';
-import { Tensor, type TensorLike } from '../tensor.js';
-import { type AttentionOptions, type AttentionPlan, planAttention } from './plan.js';
+import { type DType, Tensor, type TensorLike } from '../tensor.js';
+import {
+  type AnyResultOptions,
+  type AttentionInput,
+  type AttentionOptions,
+  type AttentionPlan,
+  type HalfResultOptions,
+  planAttention,
+} from './plan.js';
 
 /**
  * Scaled dot-product attention, softmax(q·kᵀ·scale + bias) · v with masks, causal alignment, sliding
@@ -20,15 +27,33 @@ import { type AttentionOptions, type AttentionPlan, planAttention } from './plan
  * const out = scaledDotProductAttention(q, q, q, { causal: true }); // [1, 8, 16, 64]
  */
 export function scaledDotProductAttention(
-  q: TensorLike,
-  k: TensorLike,
-  v: TensorLike,
-  options: AttentionOptions = {},
-): Tensor {
+  q: AttentionInput,
+  k: AttentionInput,
+  v: AttentionInput,
+  options?: AttentionOptions,
+): Tensor;
+export function scaledDotProductAttention(
+  q: AttentionInput,
+  k: AttentionInput,
+  v: AttentionInput,
+  options: HalfResultOptions<AttentionOptions>,
+): Tensor<'float16'>;
+export function scaledDotProductAttention(
+  q: AttentionInput,
+  k: AttentionInput,
+  v: AttentionInput,
+  options: AnyResultOptions<AttentionOptions>,
+): Tensor<DType>;
+export function scaledDotProductAttention(
+  q: AttentionInput,
+  k: AttentionInput,
+  v: AttentionInput,
+  options: AnyResultOptions<AttentionOptions> = {},
+): Tensor<DType> {
   const plan = planAttention('scaledDotProductAttention', q, k, v, options);
   const out = new Float32Array(sizeOf(plan.outShape));
   runKernel('scaledDotProductAttention', plan, { out });
-  return new Tensor(out, plan.outShape);
+  return result(out, plan);
 }
 
 /**
@@ -36,11 +61,32 @@ export function scaledDotProductAttention(
  * Rows sum to 1, or are all 0 when every key is blocked. Takes the same options as
  * `scaledDotProductAttention`.
  */
-export function attentionWeights(q: TensorLike, k: TensorLike, options: AttentionOptions = {}): Tensor {
+export function attentionWeights(q: AttentionInput, k: AttentionInput, options?: AttentionOptions): Tensor;
+export function attentionWeights(
+  q: AttentionInput,
+  k: AttentionInput,
+  options: HalfResultOptions<AttentionOptions>,
+): Tensor<'float16'>;
+export function attentionWeights(
+  q: AttentionInput,
+  k: AttentionInput,
+  options: AnyResultOptions<AttentionOptions>,
+): Tensor<DType>;
+export function attentionWeights(
+  q: AttentionInput,
+  k: AttentionInput,
+  options: AnyResultOptions<AttentionOptions> = {},
+): Tensor<DType> {
   const plan = planAttention('attentionWeights', q, k, undefined, options);
   const weights = new Float32Array(sizeOf(plan.weightsShape));
   runKernel('attentionWeights', plan, { weights });
-  return new Tensor(weights, plan.weightsShape);
+  return result(weights, plan, plan.weightsShape);
+}
+
+/** Wraps a float32 result, rounded to float16 when the caller asked for it. */
+export function result(data: Float32Array, plan: AttentionPlan, shape = plan.outShape): Tensor<DType> {
+  const t = new Tensor(data, shape);
+  return plan.dtype === 'float16' ? t.to('float16') : t;
 }
 
 /** Output and weights from one pass; `fn` names the public caller in errors. */
@@ -58,7 +104,8 @@ export function attendWithWeights(
   return { output: new Tensor(out, plan.outShape), weights: new Tensor(weights, plan.weightsShape) };
 }
 
-/** Runs a planned call on the kernel that serves it. */
+/** Runs a planned call on the kernel that serves it (widening float16 inputs for kernels that need float32). */
 export function runKernel(fn: string, plan: AttentionPlan, outputs: AttentionOutputs): void {
-  forwardAll(chooseKernel(fn, plan.kernel, plan.problem, outputs), plan.problem, outputs);
+  const kernel = chooseKernel(fn, plan.kernel, plan.problem, outputs);
+  forwardAll(kernel, kernel.float16 ? plan.problem : float32Problem(plan.problem), outputs);
 }

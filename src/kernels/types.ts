@@ -2,6 +2,8 @@
 // One decision to know: the public layer resolves every option (ranks, GQA, broadcasting, causal
 // alignment, windows) into this flat problem, so a kernel only loops; it never validates user input.
 
+import { halfToFloat32 } from '../float16.js';
+
 /** A mask or bias read through broadcast strides: element (b, h, i, j) is data[b*sb + h*sh + i*sl + j*ss]. */
 export interface BroadcastView {
   data: Float32Array;
@@ -37,6 +39,11 @@ export interface AttentionProblem {
   mask?: BroadcastView;
   /** Added to the scaled scores. */
   bias?: BroadcastView;
+  /**
+   * Float16 inputs as binary16 bits (same shapes as q, k, v). When present, q, k and v are empty and
+   * only kernels with `float16: true` read these; runKernel widens them for the others.
+   */
+  half?: { q: Uint16Array; k: Uint16Array; v: Uint16Array };
   /** Absolute position of query i is i + shift: S − L for bottom-right alignment, 0 for top-left. */
   shift: number;
   left: number;
@@ -60,8 +67,22 @@ export interface AttentionOutputs {
  */
 export interface AttentionKernel {
   readonly name: string;
+  /** Reads `problem.half` directly (converting block by block) instead of needing float32 copies. */
+  readonly float16?: boolean;
   supports(problem: AttentionProblem, outputs: AttentionOutputs): true | string;
   forwardRows(problem: AttentionProblem, outputs: AttentionOutputs, bh: number, i0: number, i1: number): void;
+}
+
+/** The problem with float32 q, k, v: itself, or a copy with its float16 inputs widened. */
+export function float32Problem(p: AttentionProblem): AttentionProblem {
+  if (!p.half) return p;
+  return {
+    ...p,
+    q: halfToFloat32(p.half.q),
+    k: halfToFloat32(p.half.k),
+    v: halfToFloat32(p.half.v),
+    half: undefined,
+  };
 }
 
 /** Runs every row of every (batch, head) pair on one kernel. */

@@ -3,8 +3,15 @@
 // ~3 KB, under every engine's main-thread limit); the relaxed-SIMD build is used where the runtime
 // validates it, else plain SIMD128, else the kernel reports itself unavailable and 'auto' moves on.
 
+import { halfTable } from '../float16.js';
 import { flashKernel } from './flash.js';
-import { type AttentionKernel, type AttentionOutputs, type AttentionProblem, visibleRange } from './types.js';
+import {
+  type AttentionKernel,
+  type AttentionOutputs,
+  type AttentionProblem,
+  float32Problem,
+  visibleRange,
+} from './types.js';
 import { RELAXED_WASM_BASE64, SIMD_WASM_BASE64 } from './wasm-binary.generated.js';
 
 interface KernelExports {
@@ -115,8 +122,13 @@ class Instance {
   }
 
   run(p: AttentionProblem, outputs: AttentionOutputs, bh: number, i0: number, i1: number): void {
-    const { Hq, Hkv, L, S, E, Ev, q, k, v, mask, bias } = p;
+    const { Hq, Hkv, L, S, E, Ev, mask, bias } = p;
     const { out, lse } = outputs;
+    // Float16 inputs are widened here, block by block, as they are copied into WASM memory.
+    const half = p.half;
+    const q = half ? half.q : p.q;
+    const k = half ? half.k : p.k;
+    const v = half ? half.v : p.v;
     const b = Math.floor(bh / Hq);
     const h = bh % Hq;
     const hk = Math.floor(h / (Hq / Hkv));
@@ -160,7 +172,12 @@ class Instance {
       // multiple of 4 rows.
       const qFrom = (bh * L + r0) * E;
       const qTo = qPtr / 4;
-      for (let x = 0; x < rows * E; x++) f32[qTo + x] = q[qFrom + x] * p.scale;
+      if (half) {
+        const t = halfTable();
+        for (let x = 0; x < rows * E; x++) f32[qTo + x] = t[q[qFrom + x]] * p.scale;
+      } else {
+        for (let x = 0; x < rows * E; x++) f32[qTo + x] = q[qFrom + x] * p.scale;
+      }
       f32.fill(0, qPtr / 4 + rows * E, qPtr / 4 + rowsPad * E);
       ex.reset(mPtr, lPtr, accPtr, rowsPad, EvPad);
 
@@ -236,8 +253,8 @@ class Instance {
     vPtr: number,
     kvCols: number,
     EvPad: number,
-    k: Float32Array,
-    v: Float32Array,
+    k: Float32Array | Uint16Array,
+    v: Float32Array | Uint16Array,
   ): void {
     const key = `${b},${hk},${s0},${s1}`;
     if (this.kvKey === key) return; // the same K/V (the next query chunk, or another head of a GQA group)
@@ -249,19 +266,20 @@ class Instance {
     const kBase = (b * Hkv + hk) * S * E;
     const vBase = (b * Hkv + hk) * S * Ev;
     const kt = ktPtr / 4;
+    const t = p.half ? halfTable() : undefined;
     for (let e = 0; e < E; e++) {
       const row = kt + e * kvCols;
-      for (let c = 0; c < cols; c++) f32[row + c] = k[kBase + (s0 + c) * E + e];
+      if (t) for (let c = 0; c < cols; c++) f32[row + c] = t[k[kBase + (s0 + c) * E + e]];
+      else for (let c = 0; c < cols; c++) f32[row + c] = k[kBase + (s0 + c) * E + e];
       f32.fill(0, row + cols, row + colsPad);
     }
     const vv = vPtr / 4;
-    if (EvPad === Ev) {
-      f32.set(v.subarray(vBase + s0 * Ev, vBase + s1 * Ev), vv);
-    } else {
-      for (let c = 0; c < cols; c++) {
-        f32.set(v.subarray(vBase + (s0 + c) * Ev, vBase + (s0 + c + 1) * Ev), vv + c * EvPad);
-        f32.fill(0, vv + c * EvPad + Ev, vv + (c + 1) * EvPad);
-      }
+    for (let c = 0; c < cols; c++) {
+      const from = vBase + (s0 + c) * Ev;
+      const to = vv + c * EvPad;
+      if (t) for (let e = 0; e < Ev; e++) f32[to + e] = t[v[from + e]];
+      else f32.set((v as Float32Array).subarray(from, from + Ev), to);
+      f32.fill(0, to + Ev, to + EvPad);
     }
     f32.fill(0, vv + cols * EvPad, vv + colsPad * EvPad);
   }
@@ -269,9 +287,23 @@ class Instance {
 
 let instance: Instance | undefined;
 
+const widenedProblems = new WeakMap<AttentionProblem, AttentionProblem>();
+
+/** The problem with float32 q, k, v, made once per problem (for the weights pass on float16 inputs). */
+function float32Of(p: AttentionProblem): AttentionProblem {
+  if (!p.half) return p;
+  let w = widenedProblems.get(p);
+  if (!w) {
+    w = float32Problem(p);
+    widenedProblems.set(p, w);
+  }
+  return w;
+}
+
 /** The WASM SIMD kernel; `supports` says why not when the runtime lacks WASM SIMD. */
 export const wasmKernel: AttentionKernel = {
   name: 'wasm',
+  float16: true,
   supports(): true | string {
     return probeWasm() ? true : `WebAssembly SIMD is unavailable: ${wasmUnavailable}`;
   },
@@ -281,6 +313,6 @@ export const wasmKernel: AttentionKernel = {
     if (outputs.out || outputs.lse) instance.run(p, outputs, bh, i0, i1);
     // Weights are an L×S output the caller asked to materialise: the JS tiled kernel writes them in
     // float64 from exact scores (the f32 scores here would cost accuracy on huge logits).
-    if (outputs.weights) flashKernel.forwardRows(p, { weights: outputs.weights }, bh, i0, i1);
+    if (outputs.weights) flashKernel.forwardRows(float32Of(p), { weights: outputs.weights }, bh, i0, i1);
   },
 };

@@ -14,7 +14,9 @@ export const nodePlatform: Platform = {
   createWorker(): PoolWorker {
     // Workers inherit only engine flags (e.g. --experimental-wasm-relaxed-simd), not the parent's
     // entry flags such as --input-type or -e, which a worker rejects.
-    const execArgv = process.execArgv.filter((a) => /^--(experimental|wasm|max-old-space-size|stack-size|no-warnings)/.test(a));
+    const execArgv = process.execArgv.filter((a) =>
+      /^--(experimental|wasm|max-old-space-size|stack-size|no-warnings)/.test(a),
+    );
     const worker = new Worker(new URL('./node-worker.js', import.meta.url), { execArgv });
     return {
       post: (message) => worker.postMessage(message),
