@@ -286,7 +286,7 @@ describe('MultiHeadAttention rejects bad input', () => {
   it('forward with a mask that does not broadcast', () => {
     const x = t([2, 5, 8]);
     expect(() => mha().forward(x, x, x, { mask: Tensor.full([3, 3], 1) })).toThrow(
-      all(FWD, 'mask of shape [3,3]', 'does not broadcast to [..., L, S] = [2,2,5,5]'),
+      all(FWD, 'mask of shape [3,3]', 'does not broadcast to [B, H, L, S] = [2,2,5,5]', 'query [2,5,8]'),
     );
   });
 
@@ -526,5 +526,31 @@ describe('NaN propagates from inputs; masking alone never creates NaN', () => {
     const { output, weights } = mha.forward(x, x, x, { mask: Tensor.zeros([2, 1, 1, 4]), needWeights: true });
     expect(hasNaN(output)).toBe(false);
     expect(weights?.data.every((w) => w === 0)).toBe(true);
+  });
+});
+
+describe('layer errors name the caller’s own shapes', () => {
+  it('MultiHeadAttention.forward: a mask that does not broadcast names query/key/value and [B, H, L, S]', () => {
+    const mha = new MultiHeadAttention({ embedDim: 8, numHeads: 2, seed: 0 });
+    const x = Tensor.randn([2, 5, 8], { seed: 1 });
+    expect(() => mha.forward(x, x, x, { mask: Tensor.zeros([3, 3]) })).toThrow(
+      'MultiHeadAttention.forward: mask of shape [3,3] does not broadcast to [B, H, L, S] = [2,2,5,5] (query [2,5,8], key [2,5,8], value [2,5,8])',
+    );
+  });
+  it('MultiHeadAttention.loadStateDict(null) names the function', () => {
+    const mha = new MultiHeadAttention({ embedDim: 8, numHeads: 2, seed: 0 });
+    expect(() => mha.loadStateDict(null as never)).toThrow(
+      /MultiHeadAttention.loadStateDict: dict must be an object/,
+    );
+  });
+  it('SelfAttention.forward: a mask that does not broadcast names X and mask', () => {
+    const attn = new SelfAttention({ dModel: 8, dK: 4, dV: 6, seed: 0 });
+    expect(() => attn.forward(Tensor.randn([4, 8], { seed: 1 }), Tensor.zeros([3, 3]))).toThrow(
+      'SelfAttention.forward: mask of shape [3,3] does not broadcast to [n, n] = [4,4] (X [4,8], mask [3,3])',
+    );
+  });
+  it('a non-number scale says what it was', () => {
+    const q = Tensor.randn([2, 4], { seed: 1 });
+    expect(() => scaledDotProductAttention(q, q, q, { scale: '2' as never })).toThrow(/got "2" \(string\)/);
   });
 });

@@ -7,7 +7,7 @@ import { linear, swapMiddle } from '../kernels/matmul.js';
 import { type Generator, type RandomOptions, resolveGenerator } from '../random.js';
 import { formatShape, sizeOf } from '../shape.js';
 import { Tensor, type TensorLike, toTensor } from '../tensor.js';
-import { type AttentionOptions, checkOptionNames, planAttention } from './plan.js';
+import { type AttentionOptions, checkBroadcast, checkOptionNames, planAttention } from './plan.js';
 import { runKernel } from './sdpa.js';
 
 /** Constructor options of MultiHeadAttention. */
@@ -191,6 +191,10 @@ export class MultiHeadAttention {
     const vh = new Tensor(swapMiddle(vp, B, S, Hkv, hd), [B, Hkv, S, hd]);
 
     const { needWeights = false, ...attention } = options;
+    const target = batched ? [B, H, L, S] : [H, L, S];
+    const targetName = batched ? '[B, H, L, S]' : '[H, L, S]';
+    checkBroadcast(FORWARD, 'mask', attention.mask, target, targetName, shapes);
+    checkBroadcast(FORWARD, 'bias', attention.bias, target, targetName, shapes);
     const plan = planAttention(FORWARD, qh, kh, vh, attention);
     const heads = new Float32Array(B * H * L * hd);
     const weights = needWeights ? new Float32Array(sizeOf(plan.weightsShape)) : undefined;
@@ -245,6 +249,11 @@ export class MultiHeadAttention {
    */
   loadStateDict(dict: Record<string, TensorLike>): void {
     const fn = 'MultiHeadAttention.loadStateDict';
+    if (dict === null || typeof dict !== 'object' || Array.isArray(dict)) {
+      throw new TypeError(
+        `${fn}: dict must be an object of name → tensor, got ${dict === null ? 'null' : typeof dict}`,
+      );
+    }
     const expected = this.stateDictShapes();
     const listing = Object.entries(expected)
       .map(([name, shape]) => `${name} ${formatShape(shape)}`)

@@ -149,7 +149,11 @@ export function planAttention(
   let scale = 1 / Math.sqrt(E);
   if (options.scale !== undefined) {
     if (typeof options.scale !== 'number' || !Number.isFinite(options.scale)) {
-      throw new RangeError(`${fn}: scale must be a finite number, got ${String(options.scale)}`);
+      const got =
+        typeof options.scale === 'number'
+          ? String(options.scale)
+          : `${JSON.stringify(options.scale)} (${typeof options.scale})`;
+      throw new RangeError(`${fn}: scale must be a finite number, got ${got}`);
     }
     scale = options.scale;
   }
@@ -223,6 +227,27 @@ function resolveWindow(fn: string, window: unknown): [number, number] {
   }
   const [l, r] = window as number[];
   return [l === -1 ? Number.POSITIVE_INFINITY : l, r === -1 ? Number.POSITIVE_INFINITY : r];
+}
+
+/**
+ * Throws unless `value` (a mask or bias) broadcasts to `target`; for layers that check against their own
+ * callers' shapes before building the per-head problem. `shapes` describes the caller's arguments.
+ */
+export function checkBroadcast(
+  fn: string,
+  arg: string,
+  value: TensorLike | undefined,
+  target: readonly number[],
+  targetName: string,
+  shapes: string,
+): void {
+  if (value === undefined) return;
+  const t = toTensor(value, fn, arg);
+  if (!broadcastStrides(t.shape, target)) {
+    throw new RangeError(
+      `${fn}: ${arg} of shape ${formatShape(t.shape)} does not broadcast to ${targetName} = ${formatShape(target)} (${shapes})`,
+    );
+  }
 }
 
 /** Broadcast strides of a mask or bias against the weights' shape, mapped onto [B, H, L, S]. */

@@ -6,7 +6,7 @@ import { matmul } from '../kernels/matmul.js';
 import { type RandomOptions, resolveGenerator } from '../random.js';
 import { formatShape } from '../shape.js';
 import { Tensor, type TensorLike, toTensor } from '../tensor.js';
-import { type CausalOption, checkOptionNames } from './plan.js';
+import { type CausalOption, checkBroadcast, checkOptionNames } from './plan.js';
 import { attendWithWeights } from './sdpa.js';
 
 /** Constructor options of SelfAttention (the article's AttentionConfig, camel-cased). */
@@ -108,7 +108,12 @@ export class SelfAttention {
     const Q = project(this.#WQ, this.dK); // [n, dK]
     const K = project(this.#WK, this.dK); // [n, dK]
     const V = project(this.#WV, this.dV); // [n, dV]
-    const attention = mask === undefined ? options : { ...options, mask: toTensor(mask, FORWARD, 'mask') };
+    const n = x.shape[x.rank - 2];
+    const target = [...lead.slice(0, -1), n, n];
+    const maskTensor = mask === undefined ? undefined : toTensor(mask, FORWARD, 'mask');
+    const shapes = `X ${formatShape(x.shape)}${maskTensor ? `, mask ${formatShape(maskTensor.shape)}` : ''}`;
+    checkBroadcast(FORWARD, 'mask', maskTensor, target, x.rank === 3 ? '[B, n, n]' : '[n, n]', shapes);
+    const attention = maskTensor === undefined ? options : { ...options, mask: maskTensor };
     const { output, weights } = attendWithWeights(FORWARD, Q, K, V, attention);
     return { output, attentionWeights: weights };
   }
