@@ -20,11 +20,17 @@ function madd(a: v128, b: v128, c: v128): v128 {
   return f32x4.add(f32x4.mul(a, b), c);
 }
 
-/** exp(x) for 4 lanes, x ≤ 0 or NaN: Cody–Waite range reduction and a degree-6 polynomial (~1 ulp). */
+/**
+ * exp(x) for 4 lanes, x ≤ 0 or NaN: Cody–Waite range reduction and a degree-6 polynomial (~1 ulp).
+ * Only single-instruction SIMD ops: pmax rather than max, and the 1.5·2^23 "magic number" to round
+ * and to build 2^n, because V8 expands wasm's max, nearest and trunc_sat into instruction sequences.
+ */
 @inline
 function exp4(x: v128): v128 {
-  x = f32x4.max(x, f32x4.splat(-87.0)); // NaN stays NaN (wasm max propagates it); 2^-126 floor
-  const n = f32x4.nearest(f32x4.mul(x, f32x4.splat(1.44269504)));
+  x = f32x4.pmax(x, f32x4.splat(-87.0)); // NaN stays NaN (pmax returns x unless −87 > x); 2^-126 floor
+  const magic = f32x4.splat(12582912.0); // 1.5·2^23: adding it rounds to an integer in the low bits
+  const shifted = madd(x, f32x4.splat(1.44269504), magic);
+  const n = f32x4.sub(shifted, magic); // round(x·log2 e) as a float
   // r = x − n·ln2, with ln2 split into a high part (exact in f32 for |n| < 2^9) and a low correction.
   let r = madd(n, f32x4.splat(-0.693145751953125), x);
   r = madd(n, f32x4.splat(-1.428606765330187e-6), r);
@@ -35,7 +41,8 @@ function exp4(x: v128): v128 {
   p = madd(p, r, f32x4.splat(0.5));
   p = madd(p, r, f32x4.splat(1.0));
   p = madd(p, r, f32x4.splat(1.0));
-  const scaleBits = i32x4.shl(i32x4.add(i32x4.trunc_sat_f32x4_s(n), i32x4.splat(127)), 23);
+  // 2^n: the integer sits in the low mantissa bits of `shifted` (as n + 0x400000); move it to the exponent.
+  const scaleBits = i32x4.shl(i32x4.add(shifted, i32x4.splat(127 - 0x400000)), 23);
   return f32x4.mul(p, scaleBits);
 }
 
@@ -157,7 +164,7 @@ export function attend(
       const t = tile + <usize>rr * tileBytes;
       const mp = m + (<usize>row << 2);
       let vmax = ninf;
-      for (let c = cStart; c < cEnd; c += 4) vmax = f32x4.max(vmax, v128.load(t + (<usize>c << 2)));
+      for (let c = cStart; c < cEnd; c += 4) vmax = f32x4.pmax(vmax, v128.load(t + (<usize>c << 2))); // NaN reaches the output through exp
       const mOld = load<f32>(mp);
       const mNew = max(
         max(max(f32x4.extract_lane(vmax, 0), f32x4.extract_lane(vmax, 1)), max(f32x4.extract_lane(vmax, 2), f32x4.extract_lane(vmax, 3))),
