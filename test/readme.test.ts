@@ -14,11 +14,15 @@ it('the README has TypeScript examples', () => {
 });
 
 blocks.forEach((code, n) => {
-  it(`README example ${n + 1} runs`, () => {
+  it(`README example ${n + 1} runs`, async () => {
     const body = code.replace(/^import[\s\S]*?from 'qkv';\n/m, '');
     const js = ts.transpileModule(body, { compilerOptions: { target: ts.ScriptTarget.ES2022 } }).outputText;
     const names = Object.keys(qkv);
-    const run = new Function(...names, `{\n${js}\n}`); // a block, so examples may shadow exports
-    expect(() => run(...names.map((k) => (qkv as Record<string, unknown>)[k]))).not.toThrow();
+    // An async function (examples may await) wrapping a block (so examples may shadow exports).
+    const AsyncFunction = (async () => {}).constructor as new (
+      ...args: string[]
+    ) => (...a: unknown[]) => Promise<void>;
+    const run = new AsyncFunction(...names, `{\n${js}\n}`);
+    await expect(run(...names.map((k) => (qkv as Record<string, unknown>)[k]))).resolves.toBeUndefined();
   });
 });
