@@ -1,0 +1,53 @@
+// The relaxed-SIMD build (fused multiply-add) against the reference. Node 20 validates relaxed SIMD
+// only behind --experimental-wasm-relaxed-simd, so this runs the built package in a child process
+// with that flag and checks the child really used the relaxed build.
+
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { expect, it } from 'vitest';
+
+const dist = fileURLToPath(new URL('../dist/index.js', import.meta.url));
+
+it('the relaxed-SIMD kernel equals the reference on masks, biases, windows, causal, GQA', () => {
+  const script = `
+    const { Tensor, scaledDotProductAttention, kernelSupport } = await import(${JSON.stringify(dist)});
+    let worst = 0;
+    const calls = [
+      [[2, 4, 65, 64], [2, 2, 257, 64], [2, 2, 257, 48], { causal: true }],
+      [[1, 2, 130, 33], [1, 2, 63, 33], [1, 2, 63, 7], { causal: 'top-left', window: [10, 3] }],
+      [[1, 3, 100, 16], [1, 3, 100, 16], [1, 3, 100, 16], { mask: 'rows', bias: true }],
+      [[1, 1, 1, 8], [1, 1, 1, 8], [1, 1, 1, 8], {}],
+    ];
+    let seed = 1;
+    for (const [qs, ks, vs, o] of calls) {
+      const q = Tensor.randn(qs, { seed: seed++ }), k = Tensor.randn(ks, { seed: seed++ }), v = Tensor.randn(vs, { seed: seed++ });
+      const options = { ...o };
+      const [L, S] = [qs[2], ks[2]];
+      if (o.mask) {
+        const m = new Float32Array(L * S).map((_, i) => ((i * 7919) % 5 === 0 ? 0 : 1));
+        for (let i = 0; i < L; i += 9) m.fill(0, i * S, (i + 1) * S);
+        options.mask = new Tensor(m, [L, S]);
+      }
+      if (o.bias) options.bias = Tensor.randn([qs[1], L, S], { seed: seed++ });
+      const want = scaledDotProductAttention(q, k, v, { ...options, kernel: 'reference' }).data;
+      const got = scaledDotProductAttention(q, k, v, { ...options, kernel: 'wasm' }).data;
+      for (let i = 0; i < want.length; i++) {
+        const excess = Math.abs(got[i] - want[i]) - (1e-5 + 1e-4 * Math.abs(want[i]));
+        if (!(excess <= 0)) worst = Math.max(worst, Number.isNaN(excess) ? Infinity : excess);
+      }
+    }
+    console.log(JSON.stringify({ variant: kernelSupport().wasm, worst }));
+  `;
+  const run = spawnSync(
+    process.execPath,
+    ['--experimental-wasm-relaxed-simd', '--input-type=module', '-e', script],
+    {
+      encoding: 'utf8',
+      timeout: 60_000,
+    },
+  );
+  expect(run.stderr).toBe('');
+  const { variant, worst } = JSON.parse(run.stdout);
+  expect(variant).toBe('relaxed-simd');
+  expect(worst).toBe(0);
+});
