@@ -125,3 +125,29 @@ it("'auto' picks the WASM kernel where WASM SIMD exists (Node 20 has it), never 
   expect(probeWasm()).toMatch(/simd/);
   expect(chooseKernel('test', 'auto', problem, { out: new Float32Array(64) }).name).toBe('wasm');
 });
+
+it('the WASM kernel streams K and V in chunks when a head exceeds its copy budget (8 MB)', () => {
+  // E = Ev = 2048: K and V of a head take 16 KB per key, so 1500 keys stream in chunks of 512.
+  const q = Tensor.randn([1, 1, 70, 2048], { seed: 7 });
+  const k = Tensor.randn([1, 1, 1500, 2048], { seed: 8 });
+  const v = Tensor.randn([1, 1, 1500, 2048], { seed: 9 });
+  const mask = new Tensor(
+    Float32Array.from({ length: 1500 }, (_, j) => (j % 7 === 3 ? 0 : 1)),
+    [1500],
+  );
+  for (const options of [{}, { causal: true }, { window: [600, 40] as [number, number], mask }]) {
+    const want = scaledDotProductAttention(q, k, v, { ...options, kernel: 'reference' });
+    const got = scaledDotProductAttention(q, k, v, { ...options, kernel: 'wasm' });
+    expectAllClose(got, want, { ...tol, label: `streamed ${JSON.stringify(Object.keys(options))}` });
+  }
+});
+
+it('the WASM kernel carries its state across query chunks (4096 rows each)', () => {
+  const q = Tensor.randn([1, 2, 4100, 4], { seed: 10 });
+  const k = Tensor.randn([1, 2, 300, 4], { seed: 11 });
+  const v = Tensor.randn([1, 2, 300, 5], { seed: 12 });
+  for (const options of [{}, { causal: 'top-left' as const }, { window: [3, 3] as [number, number] }]) {
+    const want = scaledDotProductAttention(q, k, v, { ...options, kernel: 'reference' });
+    expectAllClose(scaledDotProductAttention(q, k, v, { ...options, kernel: 'wasm' }), want, tol);
+  }
+});

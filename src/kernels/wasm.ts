@@ -90,9 +90,9 @@ export function wasmUnavailableReason(): string {
   return wasmUnavailable;
 }
 
-const ROW_CHUNK = 1024; // query rows per chunk: their state (m, l, acc) stays in WASM memory
+const ROW_CHUNK = 4096; // query rows per chunk: their state (m, l, acc) stays in WASM memory
 const COL_BLOCK = 256; // keys per attend call: K and V blocks of 64 KB each at E = 64 stay in L2
-const KV_BUDGET = 32 << 20; // bytes of K and V per head copied at once; longer sequences stream
+const KV_BUDGET = 8 << 20; // bytes of K and V per head copied at once; longer sequences stream
 const UNBOUNDED = 1 << 30;
 
 const pad = (n: number, m: number) => Math.ceil(n / m) * m;
@@ -135,15 +135,18 @@ class Instance {
     const EvPad = pad(Math.max(Ev, 1), 8);
     const rowsMax = pad(Math.min(ROW_CHUNK, i1 - i0), 4);
     const kvCols = Math.max(8, Math.min(pad(S, 8), pad(Math.floor(KV_BUDGET / 4 / (E + EvPad)), 8)));
+    // Row stride of K^T: 8 floats more than needed, so long rows are not a power-of-two apart (at
+    // S = 65536 the 64 rows of a tile would all map to the same cache sets: ~7× slower).
+    const ldk = kvCols + 8;
 
     // Memory map (bytes, 16-aligned), from the module's heap base (> 0, so address 0 can mean "no
-    // mask/bias"): mask | bias | K^T [E, kvCols] | V [kvCols, EvPad] | Q [rowsMax, E] | m | l |
+    // mask/bias"): mask | bias | K^T [E, ldk] | V [kvCols, EvPad] | Q [rowsMax, E] | m | l |
     // acc [rowsMax, EvPad] | tile [4, COL_BLOCK].
     const base = Math.max(16, this.exports.heapBase());
     const maskBytes = mask ? pad(mask.data.length * 4, 16) : 0;
     const biasBytes = bias ? pad(bias.data.length * 4, 16) : 0;
     const ktPtr = base + maskBytes + biasBytes;
-    const vPtr = ktPtr + E * kvCols * 4;
+    const vPtr = ktPtr + E * ldk * 4;
     const qPtr = vPtr + kvCols * EvPad * 4;
     const mPtr = qPtr + rowsMax * E * 4;
     const lPtr = mPtr + rowsMax * 4;
@@ -190,7 +193,7 @@ class Instance {
       const whole = pad(S, 8) <= kvCols;
       for (let s0 = whole ? 0 : bandLo; s0 <= bandHi; s0 += kvCols) {
         const s1 = whole ? S : Math.min(bandHi + 1, s0 + kvCols);
-        this.loadKV(p, b, hk, s0, s1, ktPtr, vPtr, kvCols, EvPad, k, v);
+        this.loadKV(p, b, hk, s0, s1, ktPtr, vPtr, ldk, EvPad, k, v);
         const end = Math.min(s1, bandHi + 1);
         for (let c0 = Math.max(s0, bandLo); c0 < end; c0 += COL_BLOCK) {
           const c1 = Math.min(end, c0 + COL_BLOCK);
@@ -212,7 +215,7 @@ class Instance {
             rows,
             c1 - c0,
             E,
-            kvCols,
+            ldk,
             EvPad,
             r0,
             c0,
@@ -242,7 +245,7 @@ class Instance {
     }
   }
 
-  /** Copies keys [s0, s1) of k[b, hk] transposed to [E, kvCols] and v[b, hk] to [kvCols, EvPad], once. */
+  /** Copies keys [s0, s1) of k[b, hk] transposed to [E, ldk] and v[b, hk] to [s1 − s0, EvPad], once. */
   private loadKV(
     p: AttentionProblem,
     b: number,
@@ -251,7 +254,7 @@ class Instance {
     s1: number,
     ktPtr: number,
     vPtr: number,
-    kvCols: number,
+    ldk: number,
     EvPad: number,
     k: Float32Array | Uint16Array,
     v: Float32Array | Uint16Array,
@@ -268,7 +271,7 @@ class Instance {
     const kt = ktPtr / 4;
     const t = p.half ? halfTable() : undefined;
     for (let e = 0; e < E; e++) {
-      const row = kt + e * kvCols;
+      const row = kt + e * ldk;
       if (t) for (let c = 0; c < cols; c++) f32[row + c] = t[k[kBase + (s0 + c) * E + e]];
       else for (let c = 0; c < cols; c++) f32[row + c] = k[kBase + (s0 + c) * E + e];
       f32.fill(0, row + cols, row + colsPad);
