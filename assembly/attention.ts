@@ -163,13 +163,21 @@ export function attend(
       const row = r0 + rr;
       const t = tile + <usize>rr * tileBytes;
       const mp = m + (<usize>row << 2);
+      // pmax (one instruction) skips NaN scores, so NaN is tracked separately: a row with a NaN score
+      // must come out NaN even when every score is NaN.
       let vmax = ninf;
-      for (let c = cStart; c < cEnd; c += 4) vmax = f32x4.pmax(vmax, v128.load(t + (<usize>c << 2))); // NaN reaches the output through exp
+      let vnan = f32x4.splat(0);
+      for (let c = cStart; c < cEnd; c += 4) {
+        const s = v128.load(t + (<usize>c << 2));
+        vmax = f32x4.pmax(vmax, s);
+        vnan = v128.or(vnan, f32x4.ne(s, s));
+      }
       const mOld = load<f32>(mp);
-      const mNew = max(
+      let mNew = max(
         max(max(f32x4.extract_lane(vmax, 0), f32x4.extract_lane(vmax, 1)), max(f32x4.extract_lane(vmax, 2), f32x4.extract_lane(vmax, 3))),
         mOld,
       );
+      if (v128.any_true(vnan)) mNew = NaN;
       if (mNew == NEG_INF) {
         // Nothing visible to this row yet: its probabilities for this chunk are all 0.
         memory.fill(t + (<usize>cStart << 2), 0, <usize>(cEnd - cStart) << 2);

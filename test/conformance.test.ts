@@ -151,3 +151,27 @@ it('the WASM kernel carries its state across query chunks (4096 rows each)', () 
     expectAllClose(scaledDotProductAttention(q, k, v, { ...options, kernel: 'wasm' }), want, tol);
   }
 });
+
+it('the embedded WASM binaries were built from the current assembly/attention.ts', async () => {
+  const { readFileSync } = await import('node:fs');
+  const { createHash } = await import('node:crypto');
+  const { SOURCE_SHA256 } = await import('../src/kernels/wasm-binary.generated.js');
+  const source = readFileSync(new URL('../assembly/attention.ts', import.meta.url));
+  expect(SOURCE_SHA256, 'stale WASM build: run npm run build').toBe(
+    createHash('sha256').update(source).digest('hex'),
+  );
+});
+
+describe.each(['reference', ...KERNELS])('kernel %s propagates NaN', (kernel) => {
+  it('a NaN in one query row makes exactly that output row NaN, even when all its scores are NaN', () => {
+    const q = Tensor.randn([1, 2, 9, 8], { seed: 1 });
+    const k = Tensor.randn([1, 2, 7, 8], { seed: 2 });
+    const v = Tensor.randn([1, 2, 7, 3], { seed: 3 });
+    q.data[(1 * 9 + 4) * 8 + 2] = Number.NaN; // head 1, row 4
+    const out = scaledDotProductAttention(q, k, v, { kernel }).data;
+    for (let row = 0; row < 18; row++) {
+      const values = Array.from(out.subarray(row * 3, row * 3 + 3));
+      expect(values.every(row === 13 ? Number.isNaN : Number.isFinite), `row ${row}`).toBe(true);
+    }
+  });
+});
