@@ -32,6 +32,7 @@ export const flashKernel: AttentionKernel = {
     const rowMax = new Float64Array(BLOCK_ROWS); // running max m_i
     const rowSum = new Float64Array(BLOCK_ROWS); // running sum l_i of exp(s − m_i)
     const acc = new Float64Array(BLOCK_ROWS * Ev); // running Σ exp(s − m_i) · v, unnormalised
+    const qRow = new Float64Array(E); // the current query row
 
     for (let r0 = i0; r0 < i1; r0 += BLOCK_ROWS) {
       const r1 = Math.min(i1, r0 + BLOCK_ROWS);
@@ -58,16 +59,28 @@ export const flashKernel: AttentionKernel = {
           let hi = c1 - 1;
           if (!interior) [lo, hi] = visibleRange(p, i);
           const t = r * BLOCK_COLS;
+          for (let e = 0; e < E; e++) qRow[e] = q[qBase + e];
           for (let c = 0; c < cols; c++) {
             const j = c0 + c;
             if (j < lo || j > hi || (mask && mask.data[maskBase + i * mask.sl + j * mask.ss] === 0)) {
               tile[t + c] = Number.NEGATIVE_INFINITY;
               continue;
             }
+            // Four partial sums: independent additions run in parallel (one sum is a latency chain).
             const kRow = kBase + j * E;
-            let dot = 0;
-            for (let e = 0; e < E; e++) dot += q[qBase + e] * k[kRow + e];
-            let s = dot * scale;
+            let d0 = 0;
+            let d1 = 0;
+            let d2 = 0;
+            let d3 = 0;
+            let e = 0;
+            for (; e + 3 < E; e += 4) {
+              d0 += qRow[e] * k[kRow + e];
+              d1 += qRow[e + 1] * k[kRow + e + 1];
+              d2 += qRow[e + 2] * k[kRow + e + 2];
+              d3 += qRow[e + 3] * k[kRow + e + 3];
+            }
+            for (; e < E; e++) d0 += qRow[e] * k[kRow + e];
+            let s = (d0 + d1 + (d2 + d3)) * scale;
             if (bias) s += bias.data[biasBase + i * bias.sl + j * bias.ss];
             tile[t + c] = s;
           }
