@@ -1,6 +1,7 @@
-"""Generate the PyTorch golden fixtures in test/fixtures/ (sdpa.json, mha.json, position.json).
+"""Generate the PyTorch golden fixtures in test/fixtures/ (sdpa.json, mha.json, position.json, backward.json).
 
-Run by hand with Debian's python and PyTorch 1.13: `/usr/bin/python3 scripts/make_fixtures.py`.
+Run by hand with Debian's python and PyTorch 1.13: `/usr/bin/python3 scripts/make_fixtures.py`
+(`... make_fixtures.py backward` writes backward.json only).
 CI never runs this script: the generated JSON files are committed and the TypeScript tests read them.
 Inputs are float32 (written exactly); expected outputs are computed in float64 from those inputs.
 """
@@ -410,13 +411,143 @@ def position():
     return {"torch": torch.__version__, "sinusoidal": sin_cases, "rope": rope_cases, "alibiSlopes": slopes}
 
 
-def main():
+# ---------------------------------------------------------------------------
+# backward.json: attention gradients from PyTorch autograd (float64), for every option
+
+
+def sdpa_grad_ref(q, k, v, mask=None, bias=None, causal=None, window=None, scale=None):
+    """sdpa_ref that autograd can differentiate through a fully blocked row without NaN:
+    the dead rows' scores are replaced by 0 before the softmax and their weights by 0 after it."""
+    E = q.shape[-1]
+    L, S = q.shape[-2], k.shape[-2]
+    if q.dim() == 4 and q.shape[-3] != k.shape[-3]:
+        hq, hkv = q.shape[-3], k.shape[-3]
+        k = k.repeat_interleave(hq // hkv, dim=-3)  # autograd sums dk, dv over the group
+        v = v.repeat_interleave(hq // hkv, dim=-3)
+    if scale is None:
+        scale = 1.0 / math.sqrt(E)
+    scores = (q @ k.transpose(-1, -2)) * scale
+    if bias is not None:
+        scores = scores + bias
+    blocked = ~visibility(L, S, causal, window)
+    if mask is not None:
+        blocked = blocked | (mask == 0)
+    scores = scores.masked_fill(blocked, float("-inf"))
+    dead = torch.isneginf(scores).all(dim=-1, keepdim=True)
+    scores = torch.where(dead, torch.zeros_like(scores), scores)
+    weights = torch.where(dead, torch.zeros_like(scores), torch.softmax(scores, dim=-1))
+    return weights @ v
+
+
+def backward_cases():
+    cases = []
+
+    def add(name, seed, qs, ks, vs, mask=None, bias=None, causal=None, window=None, scale=None,
+            qk_mul=None, mask_fn=None, bias_fn=None):
+        torch.manual_seed(seed)
+        q, k, v = randn(*qs), randn(*ks), randn(*vs)
+        if qk_mul is not None:
+            q, k = q * qk_mul, k * qk_mul
+        if mask_fn is not None:
+            mask = mask_fn()
+        if bias_fn is not None:
+            bias = bias_fn()
+        q64, k64, v64 = (t.double().requires_grad_(True) for t in (q, k, v))
+        b64 = bias.double().requires_grad_(True) if bias is not None else None
+        out = sdpa_grad_ref(q64, k64, v64, mask=mask, bias=b64, causal=causal, window=window, scale=scale)
+        dout = randn(*out.shape)
+        out.backward(dout.double())
+        c = {"name": name, "q": enc(q), "k": enc(k), "v": enc(v), "dOut": enc(dout)}
+        if mask is not None:
+            c["mask"] = enc(mask)
+        if bias is not None:
+            c["bias"] = enc(bias, allow_inf=True)
+        if causal is not None:
+            c["causal"] = causal
+        if window is not None:
+            c["window"] = list(window)
+        if scale is not None:
+            c["scale"] = scale
+        c["out"] = enc(out.detach())
+        c["dq"], c["dk"], c["dv"] = enc(q64.grad), enc(k64.grad), enc(v64.grad)
+        if b64 is not None:
+            c["dbias"] = enc(b64.grad)
+        cases.append(c)
+
+    add("rank2 plain L=S=5 E=3", 301, (5, 3), (5, 3), (5, 3))
+    add("rank3 plain B=2 L=3 S=4 E=4", 302, (2, 3, 4), (2, 4, 4), (2, 4, 4))
+    add("rank4 plain B=2 H=2 L=S=4 E=4", 303, (2, 2, 4, 4), (2, 2, 4, 4), (2, 2, 4, 4))
+    add("L>S L=6 S=3, E=4 Ev=5", 304, (1, 2, 6, 4), (1, 2, 3, 4), (1, 2, 3, 5))
+    add("custom scale 0.37", 305, (1, 2, 4, 6), (1, 2, 5, 6), (1, 2, 5, 6), scale=0.37)
+    add("mask [L,S] random", 306, (2, 2, 4, 4), (2, 2, 5, 4), (2, 2, 5, 4), mask_fn=lambda: rand_mask(4, 5))
+    add("mask [B,1,1,S] key padding", 307, (2, 2, 4, 4), (2, 2, 6, 4), (2, 2, 6, 4),
+        mask=torch.tensor([1, 1, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1], dtype=torch.float32).reshape(2, 1, 1, 6))
+    add("bias [H,L,S] random normal (dbias summed over B)", 308, (2, 3, 4, 4), (2, 3, 5, 4), (2, 3, 5, 4),
+        bias_fn=lambda: randn(3, 4, 5))
+    add("bias [S] broadcast (dbias summed over B,H,L)", 309, (2, 2, 3, 4), (2, 2, 5, 4), (2, 2, 5, 4),
+        bias_fn=lambda: randn(5))
+
+    def bias_some_neg_inf():
+        b = randn(2, 4, 5)
+        b[0, 0, 1] = b[0, 2, 4] = b[1, 1, 0] = b[1, 3, 2] = b[1, 3, 3] = float("-inf")
+        return b
+
+    add("bias with -inf entries", 310, (1, 2, 4, 4), (1, 2, 5, 4), (1, 2, 5, 4), bias_fn=bias_some_neg_inf)
+    add("causal top-left L=S=5", 311, (1, 2, 5, 4), (1, 2, 5, 4), (1, 2, 5, 4), causal="top-left")
+    add("causal top-left L>S (L=6 S=3)", 312, (1, 2, 6, 4), (1, 2, 3, 4), (1, 2, 3, 4), causal="top-left")
+    add("causal bottom-right L<S (L=3 S=6)", 313, (1, 2, 3, 4), (1, 2, 6, 4), (1, 2, 6, 4),
+        causal="bottom-right")
+    add("causal bottom-right L>S (L=6 S=3) fully blocked first rows", 314,
+        (1, 2, 6, 4), (1, 2, 3, 4), (1, 2, 3, 4), causal="bottom-right")
+    add("window [2,1] L<S (L=4 S=7)", 315, (1, 2, 4, 4), (1, 2, 7, 4), (1, 2, 7, 4), window=(2, 1))
+    add("window [1,-1] unbounded right L=S=6", 316, (1, 2, 6, 4), (1, 2, 6, 4), (1, 2, 6, 4), window=(1, -1))
+    add("window [2,-1] + causal bottom-right L<S (L=4 S=7)", 317, (1, 2, 4, 4), (1, 2, 7, 4), (1, 2, 7, 4),
+        causal="bottom-right", window=(2, -1))
+    add("window [1,0] + causal top-left L<S (L=4 S=7)", 318, (1, 2, 4, 4), (1, 2, 7, 4), (1, 2, 7, 4),
+        causal="top-left", window=(1, 0))
+    add("GQA Hq=4 Hkv=2 (dk, dv summed over the group)", 319, (2, 4, 3, 4), (2, 2, 5, 4), (2, 2, 5, 3))
+    add("MQA Hq=4 Hkv=1", 320, (1, 4, 4, 4), (1, 1, 5, 4), (1, 1, 5, 4))
+    add("GQA Hq=4 Hkv=2 + causal top-left + mask [B,1,1,S]", 321, (2, 4, 5, 4), (2, 2, 5, 4), (2, 2, 5, 4),
+        causal="top-left",
+        mask=torch.tensor([1, 1, 1, 0, 1, 1, 0, 1, 1, 1], dtype=torch.float32).reshape(2, 1, 1, 5))
+    add("large logits (q,k x4)", 322, (1, 2, 4, 4), (1, 2, 5, 4), (1, 2, 5, 4), qk_mul=4.0)
+
+    def mask_dead_row():
+        m = rand_mask(4, 5)
+        m[2] = 0.0
+        return m
+
+    add("fully masked row via mask", 323, (1, 2, 4, 4), (1, 2, 5, 4), (1, 2, 5, 4), mask_fn=mask_dead_row)
+
+    def bias_dead_row():
+        b = randn(2, 4, 5)
+        b[1, 1, :] = float("-inf")
+        return b
+
+    add("fully masked row via bias -inf row", 324, (1, 2, 4, 4), (1, 2, 5, 4), (1, 2, 5, 4),
+        bias_fn=bias_dead_row)
+    add("longer L=S=40 causal (several flash tiles)", 325, (1, 2, 40, 8), (1, 2, 40, 8), (1, 2, 40, 8),
+        causal="bottom-right")
+    for c in cases:
+        for g in ("dq", "dk", "dv", "dbias"):
+            if g in c:
+                assert all(math.isfinite(x) for x in c[g]["data"]), f"{c['name']}: non-finite {g}"
+    return cases
+
+
+def main(only=None):
     torch.set_default_dtype(torch.float32)
     os.makedirs(OUT_DIR, exist_ok=True)
-    write_json("sdpa.json", {"torch": torch.__version__, "cases": sdpa_cases()})
-    write_json("mha.json", {"torch": torch.__version__, "cases": mha_cases()})
-    write_json("position.json", position())
+    if only not in (None, "backward"):
+        raise SystemExit(f"make_fixtures.py: unknown section {only!r} (known: backward)")
+    if only is None:
+        write_json("sdpa.json", {"torch": torch.__version__, "cases": sdpa_cases()})
+        write_json("mha.json", {"torch": torch.__version__, "cases": mha_cases()})
+        write_json("position.json", position())
+    write_json("backward.json", {"torch": torch.__version__, "cases": backward_cases()})
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(sys.argv[1] if len(sys.argv) > 1 else None)

@@ -3,8 +3,14 @@
 
 import { main } from './cli/main.js';
 
-process.exitCode = main(process.argv.slice(2), {
+const code = main(process.argv.slice(2), {
   stdout: process.stdout,
   stderr: process.stderr,
   env: process.env,
 });
+// `qkv train` returns a promise (it yields between steps so Ctrl-C is heard); the rest return a number.
+if (typeof code === 'number') process.exitCode = code;
+else
+  void code.then((c) => {
+    process.exitCode = c;
+  });

@@ -6,6 +6,11 @@ export {
   terminateWorkers,
 } from './attention/async.js';
 export {
+  type AttentionBackwardOptions,
+  type AttentionGradients,
+  attentionBackward,
+} from './attention/backward.js';
+export {
   MultiHeadAttention,
   type MultiHeadAttentionOptions,
   type MultiHeadForwardOptions,
@@ -18,11 +23,88 @@ export {
   type SelfAttentionOptions,
   type SelfAttentionResult,
 } from './attention/self-attention.js';
+export * as autograd from './autograd/index.js';
 export { fromHalfBits, toHalfBits } from './float16.js';
+export {
+  decodeSafetensors,
+  encodeSafetensors,
+  type SafetensorsContents,
+  SafetensorsError,
+} from './io/safetensors.js';
 export { type KernelName, kernelSupport } from './kernels/registry.js';
+export {
+  type ForwardOptions,
+  parseTransformerConfig,
+  TinyTransformer,
+  type TransformerConfig,
+} from './model/transformer.js';
 export { alibiBias, alibiSlopes } from './position/alibi.js';
 export { applyRope, type RopeOptions } from './position/rope.js';
 export { sinusoidalPositionalEncoding } from './position/sinusoidal.js';
 export { Generator, getDefaultGenerator, manualSeed, type RandomOptions } from './random.js';
 export { formatShape } from './shape.js';
 export { type DataOf, type DType, type NestedArray, Tensor, type TensorLike } from './tensor.js';
+export { type CheckpointInfo, loadCheckpoint, saveCheckpoint } from './train/checkpoint.js';
+export { lineChartSvg, type PlotOptions, type PlotSeries } from './train/plot.js';
+export {
+  ARTICLE_SENTENCE,
+  encodePronoun,
+  evaluatePronoun,
+  type PronounFamily,
+  type PronounScore,
+  type PronounSentence,
+  pronounSentence,
+  pronounTask,
+} from './train/pronoun.js';
+export {
+  type Batch,
+  type SequenceTaskOptions,
+  sequenceTask,
+  type Task,
+  type TaskDefaults,
+} from './train/tasks.js';
+export {
+  getTask,
+  type StepInfo,
+  TASK_NAMES,
+  type TaskName,
+  Trainer,
+  type TrainerOptions,
+} from './train/trainer.js';
+export { stackFromSafetensors } from './viz/checkpoint.js';
+export { colorAt, type Rgb } from './viz/colormap.js';
+export {
+  articleScalingExample,
+  formatBytes,
+  type SoftmaxStats,
+  saturationAt,
+  scoreMatrixBytes,
+  softmaxStats,
+  tiledKernelBytes,
+} from './viz/experiments.js';
+export {
+  cellAt,
+  DARK_THEME,
+  divergingColorAt,
+  formatExact,
+  formatTick,
+  type HeatmapLayout,
+  type HeatmapSpec,
+  type HeatmapTheme,
+  heatmapLayout,
+  LIGHT_THEME,
+} from './viz/layout.js';
+export { encodePng, type RgbaImage, readPngSize, type ZlibDeflate } from './viz/png.js';
+export { paintHeatmap, rasterizeHeatmap, renderHeatmapPng } from './viz/raster.js';
+export { STEP_IDS, type StepId, type StepView, stepViews } from './viz/specs.js';
+export {
+  type AttentionStack,
+  type SeededStackConfig,
+  type StackLayer,
+  seededStack,
+  stackFromStateDict,
+  stackStateDict,
+} from './viz/stack.js';
+export { renderHeatmapSvg, type SvgOptions } from './viz/svg.js';
+export { tokenize } from './viz/tokens.js';
+export { type HeadSteps, type StackTrace, type TraceOptions, traceStack } from './viz/trace.js';

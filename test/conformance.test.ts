@@ -162,7 +162,7 @@ it('the embedded WASM binaries were built from the current assembly/attention.ts
   );
 });
 
-describe.each(['reference', ...KERNELS])('kernel %s propagates NaN', (kernel) => {
+describe.each(['reference', ...KERNELS] as const)('kernel %s propagates NaN', (kernel) => {
   it('a NaN in one query row makes exactly that output row NaN, even when all its scores are NaN', () => {
     const q = Tensor.randn([1, 2, 9, 8], { seed: 1 });
     const k = Tensor.randn([1, 2, 7, 8], { seed: 2 });

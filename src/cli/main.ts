@@ -2,14 +2,14 @@
 // One decision to know: `main` takes argv and streams as arguments, so tests run it in-process; bin
 // wiring lives in src/cli.ts.
 
-import { parseArgs } from 'node:util';
-import { type DemoConfig, runDemo } from './demo.js';
+import { type ArgValues, type CliIO, integerOption, parseCommandArgs, UsageError } from './args.js';
 
-export interface CliIO {
-  stdout: { write(text: string): unknown; isTTY?: boolean };
-  stderr: { write(text: string): unknown };
-  env: Record<string, string | undefined>;
-}
+export type { CliIO } from './args.js';
+
+import { type DemoConfig, runDemo } from './demo.js';
+import { evalCommand } from './eval.js';
+import { trainCommand } from './train.js';
+import { viz } from './viz.js';
 
 const VERSION = '0.1.0';
 const MAX_TOKENS = 64;
@@ -18,10 +18,13 @@ const HELP = `qkv: attention in TypeScript, exact and seeded
 
 Usage:
   qkv demo [options]     the article's self-attention run: shapes, attention matrix, row sums
+  qkv viz --out <file>   one attention heatmap (the playground's step-through) as SVG or PNG
+  qkv train --task <t>   train a tiny transformer: pronoun, copy, reverse, scaling (§4.2)
+  qkv eval --task <t>    accuracy and "it" → noun attention of a trained pronoun checkpoint
   qkv --help             this help
   qkv --version          the version
 
-Run 'qkv demo --help' for the demo's options.
+Run 'qkv <command> --help' (demo, viz, train, eval) for its options.
 `;
 
 const DEMO_HELP = `qkv demo: run self-attention on seeded token embeddings and print the attention matrix
@@ -42,10 +45,8 @@ Rows are queries, columns are keys, every row sums to 1. In a terminal the cells
 heatmap (set NO_COLOR=1 to turn colour off).
 `;
 
-class UsageError extends Error {}
-
-/** Runs the CLI; returns the exit code. */
-export function main(argv: string[], io: CliIO): number {
+/** Runs the CLI; returns the exit code (a promise of it for `train`, which yields so Ctrl-C is heard). */
+export function main(argv: string[], io: CliIO): number | Promise<number> {
   try {
     const [command, ...rest] = argv;
     if (command === undefined || command === '--help' || command === '-h' || command === 'help') {
@@ -57,7 +58,10 @@ export function main(argv: string[], io: CliIO): number {
       return 0;
     }
     if (command === 'demo') return demo(rest, io);
-    throw new UsageError(`unknown command '${command}' (commands: demo; see qkv --help)`);
+    if (command === 'viz') return viz(rest, io);
+    if (command === 'train') return trainCommand(rest, io);
+    if (command === 'eval') return evalCommand(rest, io);
+    throw new UsageError(`unknown command '${command}' (commands: demo, viz, train, eval; see qkv --help)`);
   } catch (err) {
     if (err instanceof UsageError) {
       io.stderr.write(`qkv: ${err.message}\n`);
@@ -69,28 +73,16 @@ export function main(argv: string[], io: CliIO): number {
 }
 
 function demo(argv: string[], io: CliIO): number {
-  let values: Record<string, string | boolean | undefined>;
-  try {
-    ({ values } = parseArgs({
-      args: argv,
-      strict: true,
-      allowPositionals: false,
-      options: {
-        tokens: { type: 'string' },
-        'd-model': { type: 'string' },
-        'd-k': { type: 'string' },
-        'd-v': { type: 'string' },
-        heads: { type: 'string' },
-        causal: { type: 'boolean' },
-        seed: { type: 'string' },
-        help: { type: 'boolean', short: 'h' },
-      },
-    }));
-  } catch (err) {
-    // parseArgs' messages run to several sentences; keep the first (it names the option).
-    const first = (err as Error).message.split(/\. |\n/)[0].replace(/\.$/, '');
-    throw new UsageError(`demo: ${first} (see qkv demo --help)`);
-  }
+  const values = parseCommandArgs('demo', argv, {
+    tokens: { type: 'string' },
+    'd-model': { type: 'string' },
+    'd-k': { type: 'string' },
+    'd-v': { type: 'string' },
+    heads: { type: 'string' },
+    causal: { type: 'boolean' },
+    seed: { type: 'string' },
+    help: { type: 'boolean', short: 'h' },
+  });
   if (values.help) {
     io.stdout.write(DEMO_HELP);
     return 0;
@@ -101,15 +93,9 @@ function demo(argv: string[], io: CliIO): number {
   return 0;
 }
 
-function demoConfig(values: Record<string, string | boolean | undefined>): DemoConfig {
-  const int = (name: string, fallback: number, min: number, max: number): number => {
-    const raw = values[name];
-    if (raw === undefined) return fallback;
-    if (typeof raw !== 'string' || !/^\d+$/.test(raw) || Number(raw) < min || Number(raw) > max) {
-      throw new UsageError(`demo: --${name} must be an integer from ${min} to ${max}, got '${String(raw)}'`);
-    }
-    return Number(raw);
-  };
+function demoConfig(values: ArgValues): DemoConfig {
+  const int = (name: string, fallback: number, min: number, max: number) =>
+    integerOption('demo', values, name, fallback, min, max);
   let tokens: string[];
   const rawTokens = values.tokens;
   if (typeof rawTokens === 'string' && !/^\d+$/.test(rawTokens)) {

@@ -45,9 +45,18 @@ export function matmul(a: Float32Array, N: number, K: number, b: Float32Array, M
   return c;
 }
 
-/** [A, B, C, D] → [A, C, B, D]: swaps the two middle axes (e.g. [B, L, H, hd] ↔ [B, H, L, hd]). */
-export function swapMiddle(x: Float32Array, A: number, B: number, C: number, D: number): Float32Array {
-  const y = new Float32Array(x.length);
+/**
+ * [A, B, C, D] → [A, C, B, D]: swaps the two middle axes (e.g. [B, L, H, hd] ↔ [B, H, L, hd]). The
+ * result has the input's array type (float32, or float64 in gradient checks).
+ */
+export function swapMiddle<T extends Float32Array | Float64Array>(
+  x: T,
+  A: number,
+  B: number,
+  C: number,
+  D: number,
+): T {
+  const y = (x instanceof Float64Array ? new Float64Array(x.length) : new Float32Array(x.length)) as T;
   for (let a = 0; a < A; a++)
     for (let b = 0; b < B; b++)
       for (let c = 0; c < C; c++) {

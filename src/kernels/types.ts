@@ -57,7 +57,7 @@ export interface AttentionOutputs {
   /** [B, Hq, L, S] softmax probabilities. */
   weights?: Float32Array;
   /** [B, Hq, L] log-sum-exp of each row's visible scores (−Infinity for a fully blocked row). */
-  lse?: Float32Array;
+  lse?: Float32Array | Float64Array;
 }
 
 /**

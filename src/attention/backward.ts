@@ -1,0 +1,100 @@
+// attentionBackward: the gradients of scaledDotProductAttention with respect to q, k, v (and the bias).
+// One decision to know: it validates through the same planAttention as the forward (same errors, same
+// options), runs the forward once for the output and log-sum-exp, then the flash-style backward unless the
+// reference kernel is asked for (kernel: 'reference' recomputes everything row by row from q and k).
+
+import { halfToFloat32 } from '../float16.js';
+import { type AttentionGrads, referenceBackward } from '../kernels/backward.js';
+import { flashBackward } from '../kernels/backward-flash.js';
+import { formatShape, sizeOf } from '../shape.js';
+import { Tensor, type TensorLike, toTensor } from '../tensor.js';
+import { type AttentionInput, type AttentionOptions, planAttention } from './plan.js';
+import { runKernel } from './sdpa.js';
+
+/**
+ * Options of attentionBackward: those of scaledDotProductAttention. `kernel: 'reference'` runs the
+ * reference backward (row by row from q and k alone, the spec); any other kernel computes the forward's
+ * output and log-sum-exp with that kernel and runs the FlashAttention-2 backward (O(tile) memory).
+ */
+export type AttentionBackwardOptions = AttentionOptions;
+
+/** Gradients of a scalar loss with respect to each input, shaped as the inputs. */
+export interface AttentionGradients {
+  /** Shaped as q. */
+  dq: Tensor;
+  /** Shaped as k; with GQA, summed over the query heads that share each key/value head. */
+  dk: Tensor;
+  /** Shaped as v; summed likewise. */
+  dv: Tensor;
+  /** Shaped as the bias (summed over the axes it was broadcast along); present when a bias was given. */
+  dbias?: Tensor;
+}
+
+const FN = 'attentionBackward';
+
+/**
+ * Backward pass of scaledDotProductAttention: given dOut = ∂loss/∂output, returns ∂loss/∂q, ∂k, ∂v (and
+ * ∂bias). Takes every option of the forward; gradients are float32 whatever the inputs' dtype. A fully
+ * blocked query row contributes zero gradients.
+ *
+ * @example
+ * const q = Tensor.randn([1, 4, 8, 16], { seed: 1 });
+ * const k = Tensor.randn([1, 2, 8, 16], { seed: 2 });                // GQA: 2 query heads per kv head
+ * const dOut = Tensor.randn([1, 4, 8, 16], { seed: 3 });
+ * const { dq, dk, dv } = attentionBackward(q, k, k, dOut, { causal: true }); // [1,4,8,16], [1,2,8,16] ×2
+ */
+export function attentionBackward(
+  q: AttentionInput,
+  k: AttentionInput,
+  v: AttentionInput,
+  dOut: TensorLike,
+  options: AttentionBackwardOptions = {},
+): AttentionGradients {
+  const plan = planAttention(FN, q, k, v, options);
+  const shapeOf = (x: AttentionInput, arg: string) =>
+    x instanceof Tensor ? x.shape : toTensor(x, FN, arg).shape;
+  const [qShape, kShape, vShape] = [shapeOf(q, 'query'), shapeOf(k, 'key'), shapeOf(v, 'value')];
+  const g = toTensor(dOut, FN, 'dOut');
+  if (g.shape.length !== plan.outShape.length || g.shape.some((d, i) => d !== plan.outShape[i])) {
+    throw new RangeError(
+      `${FN}: dOut has shape ${formatShape(g.shape)} but the output has shape ${formatShape(plan.outShape)} ` +
+        `(query ${formatShape(qShape)}, key ${formatShape(kShape)}, value ${formatShape(vShape)})`,
+    );
+  }
+  const biasT = options.bias === undefined ? undefined : toTensor(options.bias, FN, 'bias');
+
+  // Float16 inputs arrive as bits in problem.half: the backward reads float32, so widen them once.
+  const half = plan.problem.half;
+  const problem = half
+    ? {
+        ...plan.problem,
+        q: halfToFloat32(half.q),
+        k: halfToFloat32(half.k),
+        v: halfToFloat32(half.v),
+        half: undefined,
+      }
+    : plan.problem;
+  const grads: AttentionGrads = {
+    dq: new Float32Array(sizeOf(qShape)),
+    dk: new Float32Array(sizeOf(kShape)),
+    dv: new Float32Array(sizeOf(vShape)),
+    dbias: biasT ? new Float32Array(biasT.size) : undefined,
+  };
+  if (plan.kernel === 'reference') {
+    referenceBackward(problem, { dOut: g.data }, grads);
+  } else {
+    const { B, Hq, L } = problem;
+    const out = new Float32Array(sizeOf(plan.outShape));
+    // The log-sum-exp is kept in float64: exp(s − lse) with a float32 lse is off by ~1% once |s| ~ 1e5.
+    // Kernels only index their outputs, so a Float64Array serves where the contract says Float32Array.
+    const lse = new Float64Array(B * Hq * L);
+    runKernel(FN, { ...plan, problem, dtype: 'float32' }, { out, lse });
+    flashBackward(problem, { dOut: g.data, out, lse }, grads);
+  }
+  return {
+    dq: new Tensor(grads.dq as Float32Array, qShape),
+    dk: new Tensor(grads.dk as Float32Array, kShape),
+    dv: new Tensor(grads.dv as Float32Array, vShape),
+    ...(biasT && grads.dbias ? { dbias: new Tensor(grads.dbias as Float32Array, biasT.shape) } : {}),
+  };
+}

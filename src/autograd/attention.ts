@@ -1,0 +1,94 @@
+// The attention op of the autograd: multi-head scaled dot-product attention over [B, L, H·E] activations,
+// forward by the library's kernels, backward by the FlashAttention-2 style kernel (kernels/backward-flash.ts).
+// One decision to know: the forward saves only its output and the per-row log-sum-exp (in float64), never
+// the [L, S] weights, so training memory is linear in the sequence length.
+
+import { type AttentionOptions, planAttention } from '../attention/plan.js';
+import { runKernel } from '../attention/sdpa.js';
+import type { AttentionGrads, BackwardProblem } from '../kernels/backward.js';
+import { flashBackward } from '../kernels/backward-flash.js';
+import { swapMiddle } from '../kernels/matmul.js';
+import { referenceKernel } from '../kernels/reference.js';
+import { type AttentionProblem, forwardAll } from '../kernels/types.js';
+import { Tensor } from '../tensor.js';
+import { type Floats, floatsLike, opResult, type Var } from './var.js';
+
+/** Options of the attention op: every scaledDotProductAttention option, plus the head layout. */
+export interface AttentionOpOptions extends Omit<AttentionOptions, 'kernel'> {
+  /** Hq: query heads; q's last axis is Hq·E. */
+  numHeads: number;
+  /** Hkv: key/value heads (GQA); default numHeads. */
+  numKvHeads?: number;
+  /** Also return the attention weights [B, Hq, L, S] (for plots; no gradient flows through them). */
+  needWeights?: boolean;
+}
+
+const FN = 'attention';
+
+function accumulate(v: Var, g: Floats): void {
+  if (!v.requiresGrad) return;
+  const dst = v.gradBuffer();
+  for (let i = 0; i < g.length; i++) dst[i] += g[i];
+}
+
+/**
+ * q [B, L, Hq·E], k [B, S, Hkv·E], v [B, S, Hkv·Ev] → out [B, L, Hq·Ev] (heads concatenated, as
+ * MultiHeadAttention before its output projection), plus the weights when asked for.
+ */
+export function attention(
+  q: Var,
+  k: Var,
+  v: Var,
+  options: AttentionOpOptions,
+): { out: Var; weights?: Tensor } {
+  const { numHeads: Hq, numKvHeads: Hkv = options.numHeads, needWeights = false, ...sdpa } = options;
+  const [B, L, QW] = q.shape;
+  const [, S, KW] = k.shape;
+  const VW = v.shape[2];
+  const shapes = `q [${q.shape}], k [${k.shape}], v [${v.shape}]`;
+  if (q.shape.length !== 3 || k.shape.length !== 3 || v.shape.length !== 3) {
+    throw new RangeError(`${FN}: q, k and v must be [B, L, H·E] (${shapes})`);
+  }
+  if (!(Hq >= 1 && Hkv >= 1) || QW % Hq !== 0 || KW % Hkv !== 0 || VW % Hkv !== 0) {
+    throw new RangeError(`${FN}: widths must split into ${Hq} query and ${Hkv} key/value heads (${shapes})`);
+  }
+  const E = QW / Hq;
+  const Ev = VW / Hkv;
+  // Split heads: [B, L, H, E] → [B, H, L, E].
+  const qh = swapMiddle(q.data, B, L, Hq, E);
+  const kh = swapMiddle(k.data, B, S, Hkv, KW / Hkv);
+  const vh = swapMiddle(v.data, B, S, Hkv, Ev);
+  const f32 = (x: Floats) => (x instanceof Float32Array ? x : Float32Array.from(x));
+  const plan = planAttention(
+    FN,
+    new Tensor(f32(qh), [B, Hq, L, E], 'float32'),
+    new Tensor(f32(kh), [B, Hkv, S, KW / Hkv], 'float32'),
+    new Tensor(f32(vh), [B, Hkv, S, Ev], 'float32'),
+    sdpa,
+  );
+  // The problem on the op's own arrays (float64 in gradient checks).
+  const problem: BackwardProblem = { ...plan.problem, q: qh, k: kh, v: vh };
+  const outH = floatsLike(q.data, B * Hq * L * Ev); // [B, Hq, L, Ev]
+  const lse = new Float64Array(B * Hq * L);
+  const weights = needWeights ? new Float32Array(B * Hq * L * S) : undefined;
+  // Kernels index their arrays only; float64 data goes to the reference kernel (an exact float64 forward).
+  const outputs = { out: outH as Float32Array, lse, weights };
+  if (q.data instanceof Float64Array)
+    forwardAll(referenceKernel, problem as unknown as AttentionProblem, outputs);
+  else runKernel(FN, plan, outputs);
+
+  const result = opResult(swapMiddle(outH, B, Hq, L, Ev), [B, L, Hq * Ev], [q, k, v], () => {
+    const dOut = swapMiddle(result.grad!, B, L, Hq, Ev); // [B, Hq, L, Ev]
+    const grads: AttentionGrads = {
+      dq: floatsLike(q.data, q.size),
+      dk: floatsLike(k.data, k.size),
+      dv: floatsLike(v.data, v.size),
+    };
+    flashBackward(problem, { dOut, out: outH, lse }, grads);
+    // Merge heads back: [B, H, L, E] → [B, L, H, E].
+    accumulate(q, swapMiddle(grads.dq, B, Hq, L, E));
+    accumulate(k, swapMiddle(grads.dk, B, Hkv, S, KW / Hkv));
+    accumulate(v, swapMiddle(grads.dv, B, Hkv, S, Ev));
+  });
+  return { out: result, weights: weights && new Tensor(weights, [B, Hq, L, S]) };
+}

@@ -1,0 +1,7 @@
+// The autograd's names, re-exported as one namespace (`import { autograd } from 'qkv'`), so generic op
+// names (add, scale, linear) do not crowd the library's top level.
+
+export { type AttentionOpOptions, attention } from './attention.js';
+export { add, crossEntropy, dropout, embedding, gelu, layerNorm, linear, scale, splitLast } from './ops.js';
+export { AdamW, type AdamWOptions, clipGradNorm, warmupCosine } from './optim.js';
+export { backward, constant, type Floats, floatsLike, opResult, parameter, Var } from './var.js';

@@ -1,0 +1,121 @@
+// Var: a value in a computation graph (data + shape + grad) and `backward`, the reverse sweep over it.
+// One decision to know: every Var gets an increasing id when created, so creation order is the tape: the
+// backward sweep visits the Vars reachable from the loss in decreasing id, each one calling the backward
+// closure its op left next to the forward (micrograd's design, with typed arrays instead of scalars).
+// Data may be Float32Array (training) or Float64Array (gradient checks); ops keep the type they are given.
+
+/** Float storage of a Var: float32 to train, float64 to check gradients against finite differences. */
+export type Floats = Float32Array | Float64Array;
+
+let nextId = 0;
+
+/** A tensor-valued node of the graph. Leaves are parameters or constants; the rest are op results. */
+export class Var {
+  /** Creation order; the backward sweep runs in decreasing id. */
+  readonly id = nextId++;
+  readonly data: Floats;
+  readonly shape: readonly number[];
+  /** ∂loss/∂this, allocated on first use (same type and length as data). */
+  grad: Floats | undefined;
+  /** True for parameters and for anything computed from them. */
+  readonly requiresGrad: boolean;
+  /** The Vars this one was computed from (none for leaves, and none when no input requires grad). */
+  readonly parents: readonly Var[];
+  /** Adds this Var's grad into its parents' grads; set by the op that made it. */
+  readonly backwardFn: (() => void) | undefined;
+
+  constructor(
+    data: Floats,
+    shape: readonly number[],
+    requiresGrad = false,
+    parents: readonly Var[] = [],
+    backwardFn?: () => void,
+  ) {
+    let size = 1;
+    for (const d of shape) size *= d;
+    if (data.length !== size) {
+      throw new RangeError(
+        `Var: data has ${data.length} elements but shape [${shape.join(',')}] needs ${size}`,
+      );
+    }
+    this.data = data;
+    this.shape = Object.freeze([...shape]);
+    this.requiresGrad = requiresGrad;
+    this.parents = requiresGrad ? parents : [];
+    this.backwardFn = requiresGrad ? backwardFn : undefined;
+  }
+
+  get size(): number {
+    return this.data.length;
+  }
+
+  /** The gradient buffer, allocated as zeros on first use. */
+  gradBuffer(): Floats {
+    if (!this.grad)
+      this.grad =
+        this.data instanceof Float64Array ? new Float64Array(this.size) : new Float32Array(this.size);
+    return this.grad;
+  }
+}
+
+/** A trainable leaf (requires grad). */
+export function parameter(data: Floats, shape: readonly number[]): Var {
+  return new Var(data, shape, true);
+}
+
+/** A leaf that needs no gradient (inputs, positional tables). */
+export function constant(data: Floats, shape: readonly number[]): Var {
+  return new Var(data, shape, false);
+}
+
+/**
+ * The result of an op: requires grad iff an input does; `backward` is kept only then. This is how every
+ * op in ops.ts records itself on the tape, and how a user adds a custom op.
+ */
+export function opResult(
+  data: Floats,
+  shape: readonly number[],
+  inputs: readonly Var[],
+  backward: () => void,
+): Var {
+  const needs = inputs.some((v) => v.requiresGrad);
+  return new Var(data, shape, needs, inputs, backward);
+}
+
+/** A zeroed array of the same float type as `like`. */
+export function floatsLike(like: Floats, length: number): Floats {
+  return like instanceof Float64Array ? new Float64Array(length) : new Float32Array(length);
+}
+
+/**
+ * Backpropagates from `loss` (any shape; seeded with ones, or with `seed` = ∂L/∂loss) into the grads of
+ * every Var it depends on. Grads accumulate: zero the parameters' grads between steps.
+ */
+export function backward(loss: Var, seed?: ArrayLike<number>): void {
+  if (!loss.requiresGrad) throw new Error('backward: the loss does not depend on any parameter');
+  const g = loss.gradBuffer();
+  if (seed) {
+    if (seed.length !== loss.size) {
+      throw new RangeError(`backward: seed has ${seed.length} elements but the loss has ${loss.size}`);
+    }
+    for (let i = 0; i < g.length; i++) g[i] += seed[i];
+  } else {
+    for (let i = 0; i < g.length; i++) g[i] += 1;
+  }
+  // The tape: every Var reachable from the loss (iterative DFS, no recursion limit), newest first.
+  const seen = new Set<Var>([loss]);
+  const stack = [loss];
+  const tape: Var[] = [];
+  while (stack.length) {
+    const v = stack.pop()!;
+    tape.push(v);
+    for (const p of v.parents) {
+      if (p.requiresGrad && !seen.has(p)) {
+        seen.add(p);
+        stack.push(p);
+      }
+    }
+  }
+  tape.sort((a, b) => b.id - a.id);
+  for (const v of tape) if (v.backwardFn && v.grad) v.backwardFn();
+}

@@ -1,0 +1,83 @@
+// `qkv eval --task pronoun [--model file]`: loads a checkpoint (the committed models/pronoun.safetensors by
+// default) and prints `accuracy=<x> referent_attention=<y>` on one line, measured on held-out sentences.
+// One decision to know: the default model path is resolved from this file's location, so it works from any
+// working directory (dist/cli/eval.js and src/cli/eval.ts both sit two levels below the package root).
+
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { readFileBytes } from '../io/file-node.js';
+import { loadCheckpoint } from '../train/checkpoint.js';
+import { evaluatePronoun, pronounTask } from '../train/pronoun.js';
+import { type CliIO, integerOption, parseCommandArgs, UsageError } from './args.js';
+
+export const EVAL_HELP = `qkv eval: measure a trained checkpoint
+
+Usage: qkv eval --task pronoun [--model <file>] [--family <f>] [--count <n>] [--seed <n>]
+
+Prints one line, accuracy=<x> referent_attention=<y>, over held-out sentences (referent/adjective pairs
+never seen in training): accuracy of the prediction at "it", and the mean weight that the best head of the
+last layer puts from "it" on the correct noun.
+
+Options:
+  --task pronoun   the task (only pronoun has an eval)
+  --model <file>   checkpoint; default the committed models/pronoun.safetensors
+  --family <f>     article (animal/place, the article's sentence), roles (animal/animal: the adjective
+                   says subject or object) or both (default)
+  --count <n>      held-out sentences; default 1000
+  --seed <n>       seed of the sentences; default 12345
+  -h, --help       this help
+`;
+
+/** The committed checkpoint. */
+export const DEFAULT_PRONOUN_MODEL = fileURLToPath(
+  new URL('../../models/pronoun.safetensors', import.meta.url),
+);
+
+/** Runs `qkv eval`; returns the exit code (0 ok, 1 runtime error, 2 bad usage). */
+export function evalCommand(argv: string[], io: CliIO): number {
+  const values = parseCommandArgs('eval', argv, {
+    task: { type: 'string' },
+    model: { type: 'string' },
+    family: { type: 'string' },
+    count: { type: 'string' },
+    seed: { type: 'string' },
+    help: { type: 'boolean', short: 'h' },
+  });
+  if (values.help) {
+    io.stdout.write(EVAL_HELP);
+    return 0;
+  }
+  if (values.task === undefined)
+    throw new UsageError('eval: --task is required (tasks with an eval: pronoun)');
+  if (values.task !== 'pronoun') {
+    throw new UsageError(`eval: no eval for task '${String(values.task)}' (tasks with an eval: pronoun)`);
+  }
+  const count = integerOption('eval', values, 'count', 1000, 1, 100_000);
+  const seed = integerOption('eval', values, 'seed', 12345, 0, 2 ** 32 - 1);
+  const family = values.family ?? 'both';
+  if (family !== 'article' && family !== 'roles' && family !== 'both') {
+    throw new UsageError(`eval: --family must be article, roles or both, got '${String(family)}'`);
+  }
+  const path = typeof values.model === 'string' ? values.model : DEFAULT_PRONOUN_MODEL;
+  if (!existsSync(path)) {
+    io.stderr.write(`qkv: eval: no such checkpoint '${path}'\n`);
+    return 1;
+  }
+  const { model, info } = loadCheckpoint(readFileBytes(path)); // a bad file throws; main prints it, exit 1
+  if (info.task !== undefined && info.task !== 'pronoun') {
+    io.stderr.write(`qkv: eval: '${path}' was trained on task '${info.task}', not pronoun\n`);
+    return 1;
+  }
+  const vocab = pronounTask.vocab;
+  if (info.vocab && (info.vocab.length !== vocab.length || info.vocab.some((w, i) => w !== vocab[i]))) {
+    io.stderr.write(
+      `qkv: eval: '${path}' has a ${info.vocab.length}-word vocabulary that differs from the pronoun task's ${vocab.length} words (retrain it)\n`,
+    );
+    return 1;
+  }
+  const score = evaluatePronoun(model, { count, seed, family });
+  io.stdout.write(
+    `accuracy=${score.accuracy.toFixed(4)} referent_attention=${score.referentAttention.toFixed(4)}\n`,
+  );
+  return 0;
+}

@@ -1,0 +1,251 @@
+// `qkv train`: trains a TinyTransformer on a built-in task with a progress bar on stderr, writes the
+// checkpoint (safetensors, atomically) and an SVG loss curve; `--task scaling` runs the §4.2 experiment.
+// One decision to know: the loop yields to the event loop after every step, so Ctrl-C (SIGINT) is heard
+// mid-training; it stops after the current step and saves a checkpoint before exiting with code 130.
+
+import { writeFileSync } from 'node:fs';
+import { writeFileAtomic } from '../io/file-node.js';
+import { saveCheckpoint } from '../train/checkpoint.js';
+import { lineChartSvg, type PlotSeries } from '../train/plot.js';
+import { evaluatePronoun } from '../train/pronoun.js';
+import { sequenceTask } from '../train/tasks.js';
+import { TASK_NAMES, Trainer } from '../train/trainer.js';
+import { type CliIO, integerOption, parseCommandArgs, UsageError } from './args.js';
+
+export const TRAIN_HELP = `qkv train: train a tiny transformer on a built-in task
+
+Usage: qkv train --task <name> [options]
+
+Tasks:
+  pronoun    encoder; "The animal didn't cross the street because it was too tired": predict what "it" is
+  copy       decoder; continue "<bos> x1..xn <sep>" with x1..xn
+  reverse    decoder; continue it with xn..x1
+  scaling    the article's §4.2: copy (6 of 8 symbols) at d_k = 64 with and without ÷√d_k, same seed,
+             both curves in one plot
+
+Options:
+  --task <name>     required
+  --steps <n>       training steps; default the task's (pronoun 800, copy/reverse 600, scaling 400)
+  --seed <n>        seed for weights and data; default 0
+  --out <file>      checkpoint (safetensors); default <task>.safetensors (scaling: none)
+  --plot <file>     loss curve (SVG); default <out without .safetensors>.loss.svg (scaling: scaling.svg)
+  -h, --help        this help
+
+Ctrl-C stops after the current step and saves the checkpoint and plot so far.
+`;
+
+interface TrainArgs {
+  task: string;
+  steps?: number;
+  seed: number;
+  out?: string;
+  plot?: string;
+}
+
+function parse(argv: string[]): TrainArgs | 'help' {
+  const values = parseCommandArgs('train', argv, {
+    task: { type: 'string' },
+    steps: { type: 'string' },
+    seed: { type: 'string' },
+    out: { type: 'string' },
+    plot: { type: 'string' },
+    help: { type: 'boolean', short: 'h' },
+  });
+  if (values.help) return 'help';
+  const int = (name: string, min: number, max: number) =>
+    values[name] === undefined ? undefined : integerOption('train', values, name, 0, min, max);
+  const task = values.task;
+  const known = [...TASK_NAMES, 'scaling'];
+  if (typeof task !== 'string') throw new UsageError(`train: --task is required (${known.join(', ')})`);
+  if (!known.includes(task))
+    throw new UsageError(`train: unknown task '${task}' (tasks: ${known.join(', ')})`);
+  for (const name of ['out', 'plot'] as const) {
+    if (values[name] === '') throw new UsageError(`train: --${name} needs a file name`);
+  }
+  return {
+    task,
+    steps: int('steps', 1, 1_000_000),
+    seed: int('seed', 0, 2 ** 32 - 1) ?? 0,
+    out: values.out as string | undefined,
+    plot: values.plot as string | undefined,
+  };
+}
+
+/** Runs `qkv train`; resolves to the exit code (0 done, 1 error, 2 bad usage, 130 interrupted). */
+export function trainCommand(argv: string[], io: CliIO): number | Promise<number> {
+  const args = parse(argv); // bad usage throws UsageError: main prints it and exits 2
+  if (args === 'help') {
+    io.stdout.write(TRAIN_HELP);
+    return 0;
+  }
+  const run = args.task === 'scaling' ? runScaling(args, io) : runTask(args, io);
+  return run.catch((err: unknown) => {
+    io.stderr.write(`qkv: train: ${(err as Error).message}\n`);
+    return 1;
+  });
+}
+
+/** Ctrl-C → a flag the loop checks between steps (the handler is removed when training ends). */
+function interruptFlag(): { readonly hit: boolean; dispose(): void } {
+  const state = { hit: false };
+  const onSigint = () => {
+    state.hit = true;
+  };
+  process.on('SIGINT', onSigint);
+  return {
+    get hit() {
+      return state.hit;
+    },
+    dispose: () => process.off('SIGINT', onSigint),
+  };
+}
+
+const nextTick = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+function clock(seconds: number): string {
+  if (!Number.isFinite(seconds)) return '--:--';
+  const s = Math.round(seconds);
+  return `${Math.floor(s / 60)}:${String(s % 60).padStart(2, '0')}`;
+}
+
+/** Trains one Trainer to the end (or to Ctrl-C), drawing the progress bar. Returns whether it was interrupted. */
+async function loop(
+  trainer: Trainer,
+  label: string,
+  io: CliIO,
+  stop: { readonly hit: boolean },
+): Promise<boolean> {
+  const tty = Boolean(io.stderr.isTTY);
+  const t0 = performance.now();
+  let tokens = 0;
+  let lastDraw = t0;
+  let ema = Number.NaN;
+  while (!trainer.done && !stop.hit) {
+    const info = trainer.trainStep();
+    tokens += info.tokens;
+    ema = Number.isNaN(ema) ? info.loss : 0.9 * ema + 0.1 * info.loss;
+    const now = performance.now();
+    const elapsed = (now - t0) / 1000;
+    const last = info.step === trainer.steps;
+    const tenth = Math.max(1, Math.floor(trainer.steps / 10));
+    // A terminal gets a redrawn bar (10 per second at most); a log gets a line per tenth or per 10 s.
+    const due = tty ? now - lastDraw > 100 : info.step % tenth === 0 || now - lastDraw > 10_000;
+    if (due || last || stop.hit) {
+      lastDraw = now;
+      const frac = info.step / trainer.steps;
+      const width = 24;
+      const filled = Math.round(frac * width);
+      const bar = `${'█'.repeat(filled)}${'░'.repeat(width - filled)}`;
+      const eta = (elapsed / info.step) * (trainer.steps - info.step);
+      const line =
+        `${label} ${bar} ${info.step}/${trainer.steps} loss ${info.loss.toFixed(4)} (avg ${ema.toFixed(4)}) ` +
+        `${(tokens / Math.max(elapsed, 1e-9) / 1000).toFixed(1)}k tok/s ETA ${clock(eta)}`;
+      io.stderr.write(tty ? `\r\x1b[2K${line}${last ? '\n' : ''}` : `${line}\n`);
+    }
+    await nextTick(); // lets SIGINT in
+  }
+  if (tty && stop.hit) io.stderr.write('\n');
+  return stop.hit;
+}
+
+function stripExtension(path: string): string {
+  return path.replace(/\.safetensors$/, '');
+}
+
+async function runTask(args: TrainArgs, io: CliIO): Promise<number> {
+  const trainer = new Trainer({ task: args.task, seed: args.seed, steps: args.steps });
+  const out = args.out ?? `${args.task}.safetensors`;
+  const plot = args.plot ?? `${stripExtension(out)}.loss.svg`;
+  const { model } = trainer;
+  io.stderr.write(
+    `qkv train: ${trainer.task.description}; ${model.config.numLayers} layers, D=${model.config.dModel}, ` +
+      `${model.config.numHeads} heads, ${model.numParameters} parameters, ${trainer.steps} steps, seed ${args.seed}\n`,
+  );
+  const stop = interruptFlag();
+  const t0 = performance.now();
+  let interrupted: boolean;
+  try {
+    interrupted = await loop(trainer, args.task, io, stop);
+  } finally {
+    stop.dispose();
+  }
+  const seconds = (performance.now() - t0) / 1000;
+  writeFileAtomic(
+    out,
+    saveCheckpoint(model, { task: args.task, step: trainer.step, vocab: [...trainer.task.vocab] }),
+  );
+  writeFileSync(
+    plot,
+    lineChartSvg([{ label: `${args.task} (seed ${args.seed})`, values: trainer.losses }], {
+      title: `qkv train --task ${args.task}: training loss`,
+      yLabel: 'cross-entropy',
+      logY: true,
+    }),
+  );
+  const losses = trainer.losses;
+  const tail = losses.slice(-20);
+  const final = tail.reduce((s, x) => s + x, 0) / Math.max(1, tail.length);
+  io.stdout.write(
+    `${interrupted ? 'interrupted' : 'trained'} ${args.task}: ${trainer.step}/${trainer.steps} steps in ${seconds.toFixed(1)} s, ` +
+      `loss ${losses[0]?.toFixed(4) ?? '-'} → ${final.toFixed(4)} (mean of last ${tail.length}); checkpoint ${out}, loss curve ${plot}\n`,
+  );
+  if (args.task === 'pronoun' && !interrupted) {
+    const score = evaluatePronoun(model);
+    io.stdout.write(
+      `accuracy=${score.accuracy.toFixed(4)} referent_attention=${score.referentAttention.toFixed(4)}\n`,
+    );
+  }
+  return interrupted ? 130 : 0;
+}
+
+/** The §4.2 experiment: copy at d_k = 64 (one head, D = 64, 2 layers), with and without ÷√d_k, same seed. */
+async function runScaling(args: TrainArgs, io: CliIO): Promise<number> {
+  const steps = args.steps ?? 400;
+  const plot = args.plot ?? 'scaling.svg';
+  const make = (scaleScores: boolean) =>
+    new Trainer({
+      task: sequenceTask('copy', {
+        length: 6,
+        symbols: 8,
+        model: { dModel: 64, numHeads: 1, dFF: 128, numLayers: 2, scaleScores },
+      }),
+      seed: args.seed,
+      steps,
+    });
+  const runs = [
+    { label: 'softmax(QKᵀ/√d_k)', trainer: make(true) },
+    { label: 'softmax(QKᵀ), no scaling', trainer: make(false) },
+  ];
+  io.stderr.write(
+    `qkv train --task scaling: copy 6 of 8 symbols, 2 layers, d_model = d_k = 64 (one head), ${steps} steps, seed ${args.seed}\n`,
+  );
+  const stop = interruptFlag();
+  let interrupted = false;
+  try {
+    for (const run of runs) {
+      if (!interrupted) interrupted = await loop(run.trainer, run.label, io, stop);
+    }
+  } finally {
+    stop.dispose();
+  }
+  const series: PlotSeries[] = runs.map((r) => ({ label: r.label, values: r.trainer.losses }));
+  writeFileSync(
+    plot,
+    lineChartSvg(series, {
+      title: `§4.2: copy task, d_k = 64, same seed (${args.seed}): with and without ÷√d_k`,
+      yLabel: 'cross-entropy',
+      logY: true,
+    }),
+  );
+  for (const r of runs) {
+    const l = r.trainer.losses;
+    const mean = (a: number[]) => a.reduce((s, x) => s + x, 0) / Math.max(1, a.length);
+    const marks = [50, 100, 150, 200, 300, l.length].filter(
+      (n, i, all) => n <= l.length && all.indexOf(n) === i,
+    );
+    const at = marks.map((n) => `${n}: ${mean(l.slice(Math.max(0, n - 10), n)).toFixed(4)}`).join(', ');
+    io.stdout.write(`${r.label}: loss at step ${at} (each the mean of the 10 steps up to it)\n`);
+  }
+  io.stdout.write(`loss curves: ${plot}\n`);
+  return interrupted ? 130 : 0;
+}

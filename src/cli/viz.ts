@@ -1,0 +1,143 @@
+// `qkv viz`: renders one heatmap of the playground's step-through to an SVG or PNG file, in Node with
+// no browser. One decision to know: it runs the same seeded stack and the same specs as the page
+// (src/viz), so `qkv viz --text "…" --seed 3` draws what the playground shows for that sentence and seed.
+
+import { readFileSync, writeFileSync } from 'node:fs';
+import { deflateSync } from 'node:zlib';
+import { stackFromSafetensors } from '../viz/checkpoint.js';
+import { DARK_THEME, heatmapLayout, LIGHT_THEME } from '../viz/layout.js';
+import { renderHeatmapPng } from '../viz/raster.js';
+import { STEP_IDS, type StepId, stepViews } from '../viz/specs.js';
+import { type AttentionStack, seededStack } from '../viz/stack.js';
+import { renderHeatmapSvg } from '../viz/svg.js';
+import { tokenize } from '../viz/tokens.js';
+import { traceStack } from '../viz/trace.js';
+import { type CliIO, integerOption, parseCommandArgs, UsageError } from './args.js';
+
+/** Where the command writes; the CLI passes process streams, tests pass strings. */
+const DEFAULT_TEXT = "The animal didn't cross the street because it was too tired";
+const MAX_TOKENS = 512;
+
+export const VIZ_HELP = `qkv viz: draw one attention heatmap (the playground's step-through) to an SVG or PNG file
+
+Usage: qkv viz --out <file.svg|file.png> [options]
+
+Options:
+  --text <sentence>    the input, split into word tokens; default "${DEFAULT_TEXT}"
+  --out <file>         where to write; the extension picks the format (.svg or .png)
+  --matrix <id>        which step: ${STEP_IDS.join(', ')}; default weights
+  --model <file>       a qkv checkpoint (.safetensors from qkv train), e.g. models/pronoun.safetensors;
+                       default: seeded untrained weights shaped by the options below
+  --d-model <n>        model width; default 64
+  --heads <n>          heads per layer; default 4
+  --d-k <n>            query/key width per head; default d_model / heads
+  --layers <n>         layers; default 1
+  --layer <n>          the layer to draw (0-based); default 0
+  --head <n>           the head to draw (0-based); default 0
+  --causal             causal mask: query i sees keys j ≤ i
+  --unscaled           no ÷√d_k (the article's §4.2 experiment)
+  --tie-qk             W_K = W_Q, so Q·Kᵀ is symmetric (§4.1)
+  --seed <n>           seed for the untrained weights and embeddings; default 0
+  --theme <name>       light (default) or dark
+  --pixel-ratio <n>    PNG pixels per layout pixel, 1 to 4; default 2
+  -h, --help           this help
+
+Without --model the weights are seeded and untrained (deterministic: the same options draw the same
+picture).
+`;
+
+/** A usage error of `qkv viz`: main prints it as one line and exits 2. */
+const usage = (message: string) => new UsageError(`viz: ${message} (see qkv viz --help)`);
+
+/** Runs `qkv viz`; returns the exit code (bad usage throws UsageError: one line on stderr, exit 2). */
+export function viz(argv: string[], io: Pick<CliIO, 'stdout' | 'stderr'>): number {
+  const values = parseCommandArgs('viz', argv, {
+    text: { type: 'string' },
+    out: { type: 'string' },
+    model: { type: 'string' },
+    matrix: { type: 'string' },
+    'd-model': { type: 'string' },
+    heads: { type: 'string' },
+    'd-k': { type: 'string' },
+    layers: { type: 'string' },
+    layer: { type: 'string' },
+    head: { type: 'string' },
+    causal: { type: 'boolean' },
+    unscaled: { type: 'boolean' },
+    'tie-qk': { type: 'boolean' },
+    seed: { type: 'string' },
+    theme: { type: 'string' },
+    'pixel-ratio': { type: 'string' },
+    help: { type: 'boolean', short: 'h' },
+  });
+  if (values.help) {
+    io.stdout.write(VIZ_HELP);
+    return 0;
+  }
+  const int = (name: string, fallback: number, min: number, max: number) =>
+    integerOption('viz', values, name, fallback, min, max);
+  const out = values.out;
+  if (typeof out !== 'string' || out === '') throw usage('--out <file.svg|file.png> is required');
+  const format = /\.svg$/i.test(out) ? 'svg' : /\.png$/i.test(out) ? 'png' : undefined;
+  if (!format) throw usage(`--out must end in .svg or .png, got '${out}'`);
+  const matrix = (values.matrix ?? 'weights') as string;
+  if (!(STEP_IDS as readonly string[]).includes(matrix)) {
+    throw usage(`--matrix must be one of ${STEP_IDS.join(', ')}, got '${matrix}'`);
+  }
+  const theme = values.theme ?? 'light';
+  if (theme !== 'light' && theme !== 'dark') throw usage(`--theme must be light or dark, got '${theme}'`);
+  const tokens = tokenize(typeof values.text === 'string' ? values.text : DEFAULT_TEXT);
+  if (tokens.length === 0) throw usage('--text has no tokens');
+  if (tokens.length > MAX_TOKENS) throw usage(`--text has ${tokens.length} tokens; at most ${MAX_TOKENS}`);
+
+  const modelPath = values.model;
+  let stack: AttentionStack;
+  if (typeof modelPath === 'string') {
+    const shaped = ['d-model', 'heads', 'd-k', 'layers', 'seed'].filter((n) => values[n] !== undefined);
+    if (shaped.length > 0) {
+      throw usage(
+        `${shaped.map((n) => `--${n}`).join(', ')} cannot be combined with --model (the checkpoint fixes them)`,
+      );
+    }
+    stack = stackFromSafetensors(new Uint8Array(readFileSync(modelPath)), modelPath);
+  } else {
+    const dModel = int('d-model', 64, 1, 4096);
+    const heads = int('heads', 4, 1, 64);
+    const dK = int('d-k', Math.max(1, Math.floor(dModel / heads)), 1, 4096);
+    const layers = int('layers', 1, 1, 48);
+    const seed = int('seed', 0, 0, 2 ** 32 - 1);
+    stack = seededStack({ dModel, dK, heads, layers, seed });
+  }
+  const layer = int('layer', 0, 0, stack.layers.length - 1);
+  const head = int('head', 0, 0, stack.heads - 1);
+  const pixelRatio = int('pixel-ratio', 2, 1, 4);
+  if ((matrix === 'embeddings' || matrix === 'positions') && layer !== 0) {
+    throw usage(`--matrix ${matrix} exists only for --layer 0`);
+  }
+
+  const trace = traceStack(stack, tokens, {
+    causal: Boolean(values.causal),
+    scaled: !values.unscaled,
+    tieQK: Boolean(values['tie-qk']),
+    focus: { layer, head },
+  });
+  const view = stepViews(trace.steps, tokens).find((v) => v.id === (matrix as StepId))!;
+  const themeColors = theme === 'dark' ? DARK_THEME : LIGHT_THEME;
+  const layout = heatmapLayout(view.spec);
+  let bytes: Uint8Array;
+  let size: string;
+  if (format === 'svg') {
+    bytes = new TextEncoder().encode(
+      renderHeatmapSvg(view.spec, { theme: themeColors, deflate: deflateSync }),
+    );
+    size = `${layout.width}×${layout.height}`;
+  } else {
+    bytes = renderHeatmapPng(view.spec, { theme: themeColors, pixelRatio, deflate: deflateSync });
+    size = `${layout.width * pixelRatio}×${layout.height * pixelRatio} px`;
+  }
+  writeFileSync(out, bytes);
+  io.stdout.write(
+    `qkv viz: wrote ${out} (${size}): ${view.name}, layer ${layer} head ${head}, ${tokens.length} tokens, ${stack.description}\n`,
+  );
+  return 0;
+}

@@ -1,0 +1,373 @@
+// The playground in a real Chromium (playwright-core + the system browser): it builds web/ with Vite's
+// JS API into a temp dir, serves it on a free port, and drives the page as a learner would. Screenshots of
+// every view land in screenshots/ (git-ignored). One decision to know: cell values are read through the
+// page's own hover readout, so the tests exercise the hit-testing a person uses, not a private hook.
+
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { type BrowserContext, chromium, type Page } from 'playwright-core';
+import { build, type PreviewServer, preview } from 'vite';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { heatmapLayout, readPngSize, seededStack, stepViews, tokenize, traceStack } from '../../src/index.js';
+import { CHROMIUM_ARGS, ensureChromium } from './chromium.js';
+
+const repo = fileURLToPath(new URL('../../', import.meta.url));
+const configFile = join(repo, 'web/vite.config.ts');
+const shots = join(repo, 'screenshots');
+
+let server: PreviewServer;
+let context: BrowserContext;
+let page: Page;
+let url: string;
+let outDir: string;
+let userDir: string;
+const pageErrors: string[] = [];
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.on('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** Waits until the page has drawn a trace newer than `after` and nothing is in flight. */
+async function settled(after: number): Promise<number> {
+  await page.waitForFunction(
+    (n) => Number(document.body.dataset.renders ?? 0) > n && document.body.dataset.busy === undefined,
+    after,
+    { timeout: 15_000 },
+  );
+  return Number(await page.evaluate(() => document.body.dataset.renders));
+}
+
+const renders = async () => Number(await page.evaluate(() => document.body.dataset.renders ?? 0));
+
+/** Hovers cell (row, col) of a heatmap card and returns the readout's row label and value. */
+async function readCell(id: string, row: number, col: number): Promise<{ value: number; text: string }> {
+  const canvas = page.locator(`figure[data-heatmap="${id}"] canvas`);
+  const d = await canvas.evaluate((c: HTMLCanvasElement) => ({ ...c.dataset }));
+  const [cw, ch] = [Number(d.cellWidth), Number(d.cellHeight)];
+  await canvas.hover({
+    position: { x: Number(d.gridX) + (col + 0.5) * cw, y: Number(d.gridY) + (row + 0.5) * ch },
+  });
+  const out = page.locator(`[data-testid="readout-${id}"]`);
+  await expect.poll(async () => out.getAttribute('data-row')).toBe(String(row));
+  await expect.poll(async () => out.getAttribute('data-col')).toBe(String(col));
+  return { value: Number(await out.getAttribute('data-value')), text: (await out.textContent()) ?? '' };
+}
+
+beforeAll(async () => {
+  const executablePath = ensureChromium();
+  outDir = mkdtempSync(join(tmpdir(), 'qkv-web-'));
+  userDir = mkdtempSync(join(tmpdir(), 'qkv-chromium-'));
+  mkdirSync(shots, { recursive: true });
+  await build({ configFile, logLevel: 'warn', build: { outDir, emptyOutDir: true } });
+  const port = await freePort();
+  server = await preview({
+    configFile,
+    logLevel: 'warn',
+    build: { outDir },
+    preview: { port, strictPort: true, host: '127.0.0.1', open: false },
+  });
+  url = `http://127.0.0.1:${port}/`;
+  context = await chromium.launchPersistentContext(userDir, {
+    executablePath,
+    args: CHROMIUM_ARGS,
+    headless: true,
+    viewport: { width: 1440, height: 1000 },
+    acceptDownloads: true,
+    colorScheme: 'light',
+  });
+  page = context.pages()[0] ?? (await context.newPage());
+  page.on('pageerror', (e) => pageErrors.push(e.message));
+  page.on('console', (m) => m.type() === 'error' && pageErrors.push(m.text()));
+  // The page must work offline: fail any request that is not to our server.
+  await context.route(/.*/, (route) =>
+    route.request().url().startsWith(url) ? route.continue() : route.abort('internetdisconnected'),
+  );
+}, 60_000);
+
+afterAll(async () => {
+  await context?.close();
+  await server?.close();
+  for (const d of [outDir, userDir]) if (d) rmSync(d, { recursive: true, force: true });
+});
+
+describe('playground in Chromium', () => {
+  it('loads the trained checkpoint by default (when it exists): "it" attends to "animal" in layer 1', async () => {
+    await page.goto(url);
+    await settled(0);
+    const note = page.locator('[data-testid="model-note"]');
+    if (!existsSync(join(repo, 'models/pronoun.safetensors'))) {
+      // A fresh clone before training: the page must say it fell back to seeded weights.
+      expect(await note.textContent()).toContain('no trained checkpoint');
+      return;
+    }
+    expect(await note.textContent()).toContain('trained checkpoint models/pronoun.safetensors');
+    expect(await page.locator('#dModel').isDisabled()).toBe(true);
+    let before = await renders();
+    await page.locator('#focusLayer').selectOption('1');
+    await settled(before);
+    const row = await readCell('weights', 7, 1);
+    expect(row.text).toContain('row 7 “it”, column 1 “animal”');
+    expect(row.value).toBeGreaterThan(0.5);
+    // The derivation line recomputes the softmax from the masked scores and ends in the shown value.
+    const derivation = (await page.locator('[data-testid="derivation-weights"]').textContent()) ?? '';
+    expect(derivation).toMatch(/^exp\(.*\) \/ Σ_j exp\(/);
+    const shown = Number(derivation.slice(derivation.lastIndexOf('=') + 1));
+    expect(Math.abs(shown - row.value)).toBeLessThan(0.006); // ends in the cell's value (rounded)
+    await page.screenshot({ path: join(shots, '00-trained-checkpoint.png'), fullPage: false });
+    await page.locator('#tab-head').click();
+    await page.locator('#hvLayer').selectOption('1');
+    await page.locator('#hvQuery').selectOption('7');
+    await page.screenshot({ path: join(shots, '00b-trained-head-view-it.png'), fullPage: false });
+    await page.locator('#hvQuery').selectOption('-1');
+    await page.locator('#hvLayer').selectOption('0');
+    await page.locator('#tab-model').click();
+    await page.screenshot({ path: join(shots, '00c-trained-model-view.png'), fullPage: false });
+    await page.locator('#tab-steps').click();
+    // A word outside the vocabulary: a clear message and a marked chip, not a crash.
+    before = Number(await page.evaluate(() => document.body.dataset.renders));
+    await page.locator('#text').fill('the zebra was too tired');
+    await expect.poll(() => page.locator('#status').textContent()).toContain('“zebra”');
+    expect(await page.locator('#chips li.unknown').allTextContents()).toEqual(['zebra']);
+    expect(await page.locator('#vocab').isHidden()).toBe(false);
+    await page.locator('#focusLayer').selectOption('0');
+    await page.locator('#source').selectOption('seeded');
+    await settled(before);
+    expect(await note.textContent()).toContain('seeded untrained');
+    expect(await page.locator('#dModel').isDisabled()).toBe(false);
+  });
+
+  it('tokenizes a typed sentence and labels the heatmap rows with the tokens', async () => {
+    const before = await renders();
+    await page.locator('#text').fill('The cat sat on the mat .');
+    await settled(before);
+    const tokens = ['The', 'cat', 'sat', 'on', 'the', 'mat', '.'];
+    expect(await page.locator('[data-testid="chips"] li').allTextContents()).toEqual(tokens);
+    for (let i = 0; i < tokens.length; i++) {
+      const { text } = await readCell('weights', i, 0);
+      expect(text).toContain(`row ${i} “${tokens[i]}”`);
+    }
+    const { text } = await readCell('weights', 0, 5);
+    expect(text).toContain('column 5 “mat”');
+    await page.screenshot({ path: join(shots, '01-step-through.png'), fullPage: true });
+  });
+
+  it('causal mask: every upper-triangle weight reads 0, and it did not before', async () => {
+    expect((await readCell('weights', 0, 3)).value).toBeGreaterThan(0);
+    const before = await renders();
+    await page.locator('#causal').check();
+    await settled(before);
+    const L = 7;
+    for (let i = 0; i < L; i++) {
+      for (let j = i + 1; j < L; j++) expect((await readCell('weights', i, j)).value).toBe(0);
+    }
+    expect((await readCell('weights', 3, 2)).value).toBeGreaterThan(0);
+    expect((await readCell('weights', 0, 0)).value).toBe(1); // the first token sees only itself
+    expect((await readCell('masked', 1, 4)).value).toBe(Number.NEGATIVE_INFINITY);
+    expect(await page.locator('[data-testid="derivation-masked"]').textContent()).toContain('causal mask');
+    await readCell('scores', 2, 1);
+    expect(await page.locator('[data-testid="derivation-scores"]').textContent()).toContain(
+      'Σ over d_k = 16',
+    );
+    await page.locator('li[data-step="masked"]').scrollIntoViewIfNeeded();
+    await page.screenshot({ path: join(shots, '02-causal-mask.png'), fullPage: true });
+    const again = await renders();
+    await page.locator('#causal').uncheck();
+    await settled(again);
+  });
+
+  it('scaling off: the largest weight grows to the value the page predicted', async () => {
+    const maxWeight = page.locator('[data-testid="max-weight"]');
+    const scaled = Number(await maxWeight.getAttribute('data-value'));
+    const predicted = await page.evaluate(() => {
+      const m = document
+        .querySelector('[data-testid="weight-stats"]')!
+        .textContent!.match(/it would be ([0-9.]+)/);
+      return Number(m?.[1]);
+    });
+    const before = await renders();
+    await page.locator('#scaled').uncheck();
+    await settled(before);
+    const unscaled = Number(await maxWeight.getAttribute('data-value'));
+    expect(unscaled).toBeGreaterThan(scaled); // sharper softmax without ÷√d_k
+    expect(unscaled).toBeCloseTo(predicted, 4);
+    const back = await renders();
+    await page.locator('#scaled').check();
+    await settled(back);
+    expect(Number(await maxWeight.getAttribute('data-value'))).toBeCloseTo(scaled, 6);
+  });
+
+  it('keyboard: arrow keys move the cell readout and switch tabs', async () => {
+    const canvas = page.locator('figure[data-heatmap="weights"] canvas');
+    await canvas.focus();
+    await page.keyboard.press('Home');
+    await page.keyboard.press('ArrowRight');
+    await expect
+      .poll(() => page.locator('[data-testid="readout-weights"]').getAttribute('data-col'))
+      .toBe('1');
+    await page.locator('#tab-steps').focus();
+    await page.keyboard.press('ArrowRight');
+    expect(await page.locator('#tab-head').getAttribute('aria-selected')).toBe('true');
+    expect(await page.locator('#panel-head').isVisible()).toBe(true);
+  });
+
+  it('head view: draws coloured lines for the selected heads', async () => {
+    await page.locator('#tab-head').click();
+    const coloured = () =>
+      page.locator('#headview').evaluate((c: HTMLCanvasElement) => {
+        const d = c.getContext('2d')!.getImageData(0, 0, c.width, c.height).data;
+        let n = 0;
+        for (let p = 0; p < d.length; p += 4)
+          if (Math.max(d[p], d[p + 1], d[p + 2]) - Math.min(d[p], d[p + 1], d[p + 2]) > 40) n++;
+        return n;
+      });
+    const all = await coloured();
+    expect(all).toBeGreaterThan(1000);
+    await page.screenshot({ path: join(shots, '03-head-view.png'), fullPage: true });
+    for (const h of [0, 1, 2, 3]) await page.locator(`#hvHeads input[data-head="${h}"]`).uncheck();
+    expect(await coloured()).toBe(0);
+    for (const h of [0, 1, 2, 3]) await page.locator(`#hvHeads input[data-head="${h}"]`).check();
+  });
+
+  it('model view: layers × heads thumbnails; clicking one opens its step-through', async () => {
+    await page.locator('#tab-model').click();
+    expect(await page.locator('.thumb').count()).toBe(2 * 4);
+    await page.screenshot({ path: join(shots, '04-model-view.png'), fullPage: true });
+    const before = await renders();
+    await page.locator('.thumb[data-layer="1"][data-head="2"]').click();
+    await settled(before);
+    expect(await page.locator('#tab-steps').getAttribute('aria-selected')).toBe('true');
+    expect(await page.locator('[data-testid="weight-stats"]').textContent()).toContain('Layer 1, head 2');
+    expect(await page.locator('li[data-step="embeddings"]').count()).toBe(0); // layer 1 starts from X
+  });
+
+  it('exports the weights heatmap as a PNG of the layout size × 2, and as SVG', async () => {
+    const card = page.locator('figure[data-heatmap="weights"]');
+    const [png] = await Promise.all([
+      page.waitForEvent('download'),
+      card.locator('button[data-export="png"]').click(),
+    ]);
+    expect(png.suggestedFilename()).toBe('qkv-weights-layer1-head2.png');
+    const bytes = new Uint8Array(readFileSync((await png.path())!));
+    // The size the shared layout gives for the same matrix, computed here in Node.
+    const tokens = tokenize('The cat sat on the mat .');
+    const trace = traceStack(seededStack({ dModel: 64, dK: 16, heads: 4, layers: 2, seed: 0 }), tokens, {
+      focus: { layer: 1, head: 2 },
+    });
+    const spec = stepViews(trace.steps, tokens).find((v) => v.id === 'weights')!.spec;
+    const layout = heatmapLayout(spec);
+    expect(readPngSize(bytes)).toEqual({ width: layout.width * 2, height: layout.height * 2 });
+    // …and the page drew the same numbers Node computes.
+    expect((await readCell('weights', 4, 1)).value).toBeCloseTo(spec.values[4 * 7 + 1], 6);
+    const [svg] = await Promise.all([
+      page.waitForEvent('download'),
+      card.locator('button[data-export="svg"]').click(),
+    ]);
+    const text = readFileSync((await svg.path())!, 'utf8');
+    expect(text.startsWith('<svg')).toBe(true);
+    expect(text).toContain(`width="${layout.width}" height="${layout.height}"`);
+  });
+
+  it('experiments: the §4.2 numbers, W_Q = W_K symmetry, a fully masked row, 64 MiB at n = 4096', async () => {
+    await page.locator('#tab-experiments').click();
+    expect(await page.locator('[data-testid="ex-unscaled"]').textContent()).toBe('0.99999999');
+    expect(await page.locator('[data-testid="ex-article"]').textContent()).toContain('0.748');
+    expect(await page.locator('[data-testid="ex-all"]').textContent()).toBe('0.796');
+    await page.locator('[data-testid="saturation-table"]').waitFor();
+
+    const asym = page.locator('[data-testid="asymmetry"]');
+    expect(Number(await asym.getAttribute('data-value'))).toBeGreaterThan(0.01);
+    let before = await renders();
+    await page.locator('#tieQK2').check();
+    await settled(before);
+    expect(Number(await asym.getAttribute('data-value'))).toBeLessThan(1e-4);
+    expect(await page.locator('#tieQK').isChecked()).toBe(true);
+
+    before = await renders();
+    await page.locator('#blocked').selectOption('2');
+    await settled(before);
+    expect(await page.locator('[data-testid="qkv-row-sum"]').textContent()).toBe('0.000');
+    expect(await page.locator('[data-testid="blocked-table"]').textContent()).toContain('0.143'); // 1/7
+
+    await page.locator('#memN').fill('12');
+    expect(await page.locator('[data-testid="memory-at-n"]').getAttribute('data-bytes')).toBe(
+      String(64 * 2 ** 20),
+    );
+    expect(await page.locator('[data-testid="memory-at-n"]').textContent()).toContain('64 MiB');
+    await page.screenshot({ path: join(shots, '05-experiments.png'), fullPage: true });
+    before = await renders();
+    await page.locator('#blocked').selectOption('-1');
+    await page.locator('#tieQK2').uncheck();
+    await settled(before);
+  });
+
+  it('dark theme follows the system', async () => {
+    await page.emulateMedia({ colorScheme: 'dark' });
+    await page.locator('#tab-steps').click();
+    const bg = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+    expect(bg).toBe('rgb(22, 24, 30)');
+    await page.screenshot({ path: join(shots, '06-dark-theme.png'), fullPage: false });
+    await page.emulateMedia({ colorScheme: 'light' });
+  });
+
+  it('a shared link restores the sentence, weights, switches and focused head', async () => {
+    const link = `${url}#text=${encodeURIComponent('the dog sat')}&source=seeded&causal=1&scaled=0&focusLayer=1&focusHead=3&blocked=2`;
+    const other = await context.newPage();
+    await other.goto(link);
+    await other.waitForFunction(
+      () => Number(document.body.dataset.renders ?? 0) > 0 && !document.body.dataset.busy,
+    );
+    expect(await other.locator('[data-testid="chips"] li').allTextContents()).toEqual(['the', 'dog', 'sat']);
+    expect(await other.locator('#causal').isChecked()).toBe(true);
+    expect(await other.locator('#scaled').isChecked()).toBe(false);
+    expect(await other.locator('#source').inputValue()).toBe('seeded');
+    expect(await other.locator('[data-testid="weight-stats"]').textContent()).toContain('Layer 1, head 3');
+    expect(await other.locator('#blocked').inputValue()).toBe('2');
+    expect(new URL(other.url()).hash).toContain('causal=1');
+    await other.close();
+  });
+
+  it('512 tokens: computed in the worker and drawn in under a second', async () => {
+    const words = Array.from({ length: 512 }, (_, i) => `w${i % 97}`).join(' ');
+    const before = await renders();
+    await page.locator('#text').fill(words);
+    await settled(before);
+    expect(await page.locator('[data-testid="chips"] li').count()).toBe(512);
+    // The 512×512 weights heatmap draws in well under a second (the whole page redraw is reported too).
+    const drawMs = Number(
+      await page.locator('figure[data-heatmap="weights"] canvas').getAttribute('data-draw-ms'),
+    );
+    const pageMs = Number(await page.evaluate(() => document.body.dataset.renderMs));
+    expect(drawMs).toBeLessThan(1000);
+    process.stdout.write(
+      `512 tokens: weights heatmap drawn in ${drawMs} ms, whole page redraw ${pageMs} ms\n`,
+    );
+    expect(pageMs).toBeLessThan(3000);
+    const canvas = page.locator('figure[data-heatmap="weights"] canvas');
+    expect(await canvas.getAttribute('data-rows')).toBe('512');
+    await canvas.hover({
+      position: { x: Number(await canvas.getAttribute('data-grid-x')) + 300.5, y: 200.5 },
+    });
+    const readout = page.locator('[data-testid="readout-weights"]');
+    await expect.poll(async () => Number(await readout.getAttribute('data-col'))).toBeGreaterThan(295);
+    await page.screenshot({ path: join(shots, '07-512-tokens.png'), fullPage: false });
+    const t0 = Date.now();
+    await page.locator('#tab-head').click();
+    const lines = Number(await page.locator('#headview').getAttribute('data-lines'));
+    expect(lines).toBeGreaterThan(100);
+    expect(lines).toBeLessThanOrEqual(20_000);
+    await page.screenshot({ path: join(shots, '08-head-view-512.png'), fullPage: false });
+    expect(Date.now() - t0).toBeLessThan(5000);
+    await page.locator('#tab-steps').click();
+    expect(pageErrors).toEqual([]);
+  });
+});

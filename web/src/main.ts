@@ -1,0 +1,410 @@
+// The playground page: reads the controls, asks the worker for a trace, and renders the four views.
+// One decision to know: the page holds no model maths — it only sends the state to the worker and draws
+// what comes back; at most one request is in flight and the newest state always wins.
+
+import { derivations } from './derivations.js';
+import {
+  articleExampleHtml,
+  blockedHtml,
+  causalHtml,
+  DK_STEPS,
+  memoryHtml,
+  modelScalingHtml,
+  saturationHtml,
+  symmetryHtml,
+} from './experiments.js';
+import { drawHeadView, headColor, queryAt } from './headview.js';
+import { currentTheme, HeatmapCard } from './heatmap.js';
+import { renderModelView } from './modelview.js';
+import { loadFromHash, saveToHash } from './permalink.js';
+import type { ModelConfig, Request, Response, SaturationResult, TraceResult } from './protocol.js';
+import { setupTabs } from './tabs.js';
+
+const $ = <T extends HTMLElement = HTMLElement>(id: string) => document.getElementById(id) as T;
+const num = (id: string) => $<HTMLInputElement>(id);
+const check = (id: string) => $<HTMLInputElement>(id);
+const select = (id: string) => $<HTMLSelectElement>(id);
+
+const worker = new Worker(new URL('./worker.ts', import.meta.url), { type: 'module' });
+let nextId = 1;
+let busy = false;
+let dirty = false;
+let satBusy = false;
+let satDirty = false;
+let latest: TraceResult | undefined;
+let saturation: SaturationResult | undefined;
+let focus = { layer: 0, head: 0 };
+let hvQuery = -1; // picked in the select
+let hvHover = -1; // under the mouse (wins while hovering)
+let hvSelected: boolean[] = [];
+let renders = 0;
+/** The blocked row a shared link asks for, used until the select has its options. */
+let initialBlocked: number | undefined;
+
+// ---- reading the controls -------------------------------------------------------------------------
+
+function intOf(id: string, fallback: number): number {
+  const el = num(id);
+  const v = Math.round(Number(el.value));
+  const min = Number(el.min);
+  const max = Number(el.max);
+  const ok = el.value !== '' && Number.isFinite(v) && v >= min && v <= max;
+  el.setAttribute('aria-invalid', String(!ok));
+  return ok ? v : fallback;
+}
+
+function readConfig(): ModelConfig {
+  return {
+    source: select('source').value === 'seeded' ? 'seeded' : 'checkpoint',
+    dModel: intOf('dModel', 64),
+    dK: intOf('dK', 16),
+    heads: intOf('heads', 4),
+    layers: intOf('layers', 2),
+    seed: intOf('seed', 0),
+  };
+}
+
+function request(): Request {
+  return {
+    kind: 'trace',
+    id: nextId++,
+    text: $<HTMLTextAreaElement>('text').value,
+    config: readConfig(),
+    switches: {
+      causal: check('causal').checked,
+      scaled: check('scaled').checked,
+      tieQK: check('tieQK').checked,
+      blockedQuery: initialBlocked ?? Number(select('blocked').value),
+    },
+    focus,
+  };
+}
+
+/** Asks for a new trace; coalesces bursts (typing) into one request after the current one returns. */
+function refresh(): void {
+  dirty = true;
+  if (busy) return;
+  dirty = false;
+  busy = true;
+  document.body.dataset.busy = 'true';
+  worker.postMessage(request());
+}
+
+function refreshSaturation(): void {
+  satDirty = true;
+  if (satBusy) return;
+  satDirty = false;
+  satBusy = true;
+  // The number of keys only sets the uniform entropy; capped at 64 so d_k = 1024 stays quick.
+  const n = Math.min(64, Math.max(4, latest?.tokens.length ?? 11));
+  worker.postMessage({ kind: 'saturation', id: nextId++, n, seed: 7, dKs: DK_STEPS } satisfies Request);
+}
+
+worker.onmessage = (e: MessageEvent<Response>) => {
+  const res = e.data;
+  if (res.kind === 'saturation') {
+    satBusy = false;
+    saturation = res;
+    if (satDirty) refreshSaturation();
+    renderSaturation();
+    return;
+  }
+  busy = false;
+  if (res.kind === 'error') {
+    setStatus(res.message, true);
+    if (res.tokens) renderChips(res.tokens, new Set(res.unknown ?? []));
+    showVocab(res.vocab);
+  } else {
+    const tokenCountChanged = latest?.tokens.length !== res.tokens.length;
+    latest = res;
+    render(res);
+    if (tokenCountChanged || !saturation) refreshSaturation();
+  }
+  if (dirty) refresh();
+  else delete document.body.dataset.busy;
+};
+worker.onerror = (e) => setStatus(`worker failed: ${e.message}`, true);
+
+function setStatus(text: string, error = false): void {
+  const s = $('status');
+  s.textContent = text;
+  s.classList.toggle('error', error);
+  s.setAttribute('role', error ? 'alert' : 'status');
+}
+
+// ---- rendering --------------------------------------------------------------------------------------
+
+const stepCards = new Map<string, HeatmapCard>();
+const symmetryCard = new HeatmapCard('exp-scores', () => fileStem('scores'));
+const causalCard = new HeatmapCard('exp-weights', () => fileStem('weights'));
+$('exp-symmetry-map').append(symmetryCard.element);
+$('exp-causal-map').append(causalCard.element);
+
+function fileStem(id: string): string {
+  return `qkv-${id}-layer${latest?.focus.layer ?? 0}-head${latest?.focus.head ?? 0}`;
+}
+
+function fillSelect(el: HTMLSelectElement, options: [string, string][], value: string): void {
+  const same =
+    el.options.length === options.length &&
+    options.every(([v, t], i) => el.options[i].value === v && el.options[i].text === t);
+  if (!same) el.replaceChildren(...options.map(([v, t]) => new Option(t, v)));
+  el.value = options.some(([v]) => v === value) ? value : options[0][0];
+}
+
+function render(t: TraceResult): void {
+  const t0 = performance.now();
+  const L = t.tokens.length;
+  focus = t.focus;
+  $('model-note').textContent =
+    t.model.source === 'checkpoint'
+      ? `Model: ${t.description}, trained by \`qkv train --task pronoun\` to tell which noun “it” means. Try “tired” → “wide” and watch the “it” row of layer 1.`
+      : `Model: ${t.description}. The weights are deterministic and untrained, so the patterns are those of random projections, not of language.${t.notice ? ` (${t.notice}.)` : ''}`;
+  setStatus(
+    `${L} token${L === 1 ? '' : 's'}${t.dropped ? ` (${t.dropped} more dropped: the limit is ${L})` : ''} · computed in ${t.millis.toFixed(0)} ms in a Web Worker`,
+  );
+
+  renderChips(t.tokens, new Set());
+  showVocab(t.model.vocab);
+  const fromCheckpoint = t.model.source === 'checkpoint';
+  for (const [id, value] of [
+    ['dModel', t.model.dModel],
+    ['dK', t.model.dK],
+    ['heads', t.model.heads],
+    ['layers', t.model.layers],
+  ] as const) {
+    num(id).disabled = fromCheckpoint;
+    if (fromCheckpoint) num(id).value = String(value);
+  }
+  num('seed').disabled = fromCheckpoint;
+
+  const layers = Array.from(
+    { length: t.model.layers },
+    (_, l) => [String(l), `layer ${l}`] as [string, string],
+  );
+  const heads = Array.from({ length: t.model.heads }, (_, h) => [String(h), `head ${h}`] as [string, string]);
+  fillSelect(select('focusLayer'), layers, String(t.focus.layer));
+  fillSelect(select('focusHead'), heads, String(t.focus.head));
+  fillSelect(
+    select('blocked'),
+    [['-1', 'none'], ...t.tokens.map((tok, i) => [String(i), `${i}: ${tok}`] as [string, string])],
+    String(t.switches.blockedQuery),
+  );
+  check('tieQK2').checked = t.switches.tieQK;
+  check('causal2').checked = t.switches.causal;
+
+  renderSteps(t);
+  // Hidden views are drawn when their tab opens (a 512-token head view is not free to rasterise).
+  if (!$('panel-head').hidden) renderHeadView();
+  if (!$('panel-model').hidden) renderModel();
+  renderExperiments(t);
+  initialBlocked = undefined;
+  saveToHash();
+  // For the browser tests: how many traces have been drawn, and how long the last drawing took.
+  document.body.dataset.renders = String(++renders);
+  document.body.dataset.renderMs = (performance.now() - t0).toFixed(1);
+}
+
+function renderChips(tokens: string[], unknown: Set<string>): void {
+  $('chips').replaceChildren(
+    ...tokens.map((tok, i) => {
+      const c = document.createElement('li');
+      c.className = unknown.has(tok) ? 'chip unknown' : 'chip';
+      c.textContent = tok;
+      c.title = unknown.has(tok) ? `token ${i}: not in the checkpoint's vocabulary` : `token ${i}`;
+      return c;
+    }),
+  );
+}
+
+function showVocab(vocab: string[] | undefined): void {
+  const details = $<HTMLDetailsElement>('vocab');
+  details.hidden = !vocab;
+  if (vocab) details.querySelector('p')!.textContent = vocab.filter((w) => !w.startsWith('<')).join(' ');
+}
+
+function renderSteps(t: TraceResult): void {
+  const s = t.stats;
+  const other = t.statsOtherScaling;
+  const stats = $('weight-stats');
+  stats.innerHTML = `Layer ${t.focus.layer}, head ${t.focus.head} · largest weight <b data-testid="max-weight" data-value="${s.maxWeight}">${s.maxWeight.toFixed(4)}</b>
+    (${t.switches.scaled ? 'without' : 'with'} ÷√d_k it would be ${other.maxWeight.toFixed(4)}) · mean row entropy
+    <b data-testid="entropy" data-value="${s.meanEntropyBits}">${s.meanEntropyBits.toFixed(3)}</b> bits of ${s.uniformEntropyBits.toFixed(3)} for a uniform row`;
+  const list = $('steps');
+  const seen = new Set<string>();
+  const explain = derivations(t);
+  t.steps.forEach((view, index) => {
+    seen.add(view.id);
+    let card = stepCards.get(view.id);
+    if (!card) {
+      card = new HeatmapCard(view.id, () => fileStem(view.id));
+      stepCards.set(view.id, card);
+      const li = document.createElement('li');
+      li.className = 'step';
+      li.dataset.step = view.id;
+      li.innerHTML = '<h3></h3><p class="note"></p>';
+      li.append(card.element);
+      list.append(li);
+    }
+    const li = card.element.parentElement!;
+    li.querySelector('h3')!.textContent = `${index + 1}. ${view.name}`;
+    li.querySelector('.note')!.textContent = view.note;
+    li.style.order = String(index);
+    card.update(view.spec, explain[view.id]);
+  });
+  for (const [id, card] of stepCards) {
+    if (!seen.has(id)) {
+      card.element.parentElement!.remove();
+      stepCards.delete(id);
+    }
+  }
+}
+
+function renderHeadView(): void {
+  const t = latest;
+  if (!t) return;
+  const H = t.model.heads;
+  const L = t.tokens.length;
+  const layerSel = select('hvLayer');
+  fillSelect(
+    layerSel,
+    Array.from({ length: t.model.layers }, (_, l) => [String(l), `layer ${l}`] as [string, string]),
+    layerSel.value || '0',
+  );
+  if (hvSelected.length !== H) hvSelected = Array.from({ length: H }, () => true);
+  const group = $('hvHeads');
+  if (group.childElementCount !== H) {
+    group.replaceChildren(
+      ...Array.from({ length: H }, (_, h) => {
+        const label = document.createElement('label');
+        label.className = 'head-toggle';
+        label.style.setProperty('--head', headColor(h));
+        const box = document.createElement('input');
+        box.type = 'checkbox';
+        box.checked = hvSelected[h];
+        box.dataset.head = String(h);
+        box.addEventListener('change', () => {
+          hvSelected[h] = box.checked;
+          renderHeadView();
+        });
+        label.append(box, ` head ${h}`);
+        return label;
+      }),
+    );
+  }
+  if (hvQuery >= L) hvQuery = -1;
+  fillSelect(
+    select('hvQuery'),
+    [['-1', 'all'], ...t.tokens.map((tok, i) => [String(i), `${i}: ${tok}`] as [string, string])],
+    String(hvQuery),
+  );
+  const layer = Math.min(Number(layerSel.value), t.weights.length - 1);
+  const query = hvHover >= 0 && hvHover < L ? hvHover : hvQuery;
+  const drawn = drawHeadView(
+    $<HTMLCanvasElement>('headview'),
+    { tokens: t.tokens, weights: t.weights[layer], heads: H, selected: hvSelected, query },
+    currentTheme(),
+  );
+  const canvas = $('headview');
+  canvas.dataset.lines = String(drawn.lines);
+  $('hvCaption').textContent = `${drawn.lines} lines drawn (weights ≥ ${drawn.minWeight.toFixed(3)}).`;
+}
+
+function renderModel(): void {
+  const t = latest;
+  if (!t) return;
+  renderModelView($('modelgrid'), t.weights, t.model.heads, t.tokens.length, t.focus, (layer, head) => {
+    focus = { layer, head };
+    select('focusLayer').value = String(layer);
+    select('focusHead').value = String(head);
+    selectTab('tab-steps');
+    refresh();
+  });
+}
+
+function renderSaturation(): void {
+  if (!saturation) return;
+  const dK = DK_STEPS[Number(num('satDk').value)];
+  $('satDkOut').textContent = String(dK);
+  $('exp-saturation').innerHTML = saturationHtml(saturation, dK);
+}
+
+function renderMemory(): void {
+  const n = 2 ** Number(num('memN').value);
+  $('memNOut').textContent = String(n);
+  $('exp-memory-text').innerHTML = memoryHtml(n, intOf('memHeads', 8), Number(select('memBlock').value));
+}
+
+function renderExperiments(t: TraceResult): void {
+  $('exp-model-scaling').innerHTML = modelScalingHtml(t);
+  $('exp-symmetry-text').innerHTML = symmetryHtml(t);
+  $('exp-causal-text').innerHTML = causalHtml(t);
+  $('exp-blocked-text').innerHTML = blockedHtml(t);
+  const scores = t.steps.find((s) => s.id === 'scores')!;
+  const weights = t.steps.find((s) => s.id === 'weights')!;
+  const explain = derivations(t);
+  symmetryCard.update(scores.spec, explain.scores);
+  causalCard.update(weights.spec, explain.weights);
+}
+
+// ---- tabs -------------------------------------------------------------------------------------------
+
+const selectTab = setupTabs((id) => {
+  if (id === 'tab-head') renderHeadView();
+  if (id === 'tab-model') renderModel();
+});
+
+// ---- wiring -----------------------------------------------------------------------------------------
+
+for (const id of ['text', 'dModel', 'dK', 'heads', 'layers', 'seed'])
+  $(id).addEventListener('input', refresh);
+for (const id of ['scaled', 'causal', 'tieQK', 'blocked', 'source'])
+  $(id).addEventListener('change', refresh);
+for (const [mirror, main] of [
+  ['tieQK2', 'tieQK'],
+  ['causal2', 'causal'],
+]) {
+  $(mirror).addEventListener('change', () => {
+    check(main).checked = check(mirror).checked;
+    refresh();
+  });
+}
+select('focusLayer').addEventListener('change', () => {
+  focus = { ...focus, layer: Number(select('focusLayer').value) };
+  refresh();
+});
+select('focusHead').addEventListener('change', () => {
+  focus = { ...focus, head: Number(select('focusHead').value) };
+  refresh();
+});
+select('hvLayer').addEventListener('change', renderHeadView);
+select('hvQuery').addEventListener('change', () => {
+  hvQuery = Number(select('hvQuery').value);
+  renderHeadView();
+});
+const hv = $<HTMLCanvasElement>('headview');
+hv.addEventListener('mousemove', (e) => {
+  if (!latest) return;
+  const r = hv.getBoundingClientRect();
+  const q = e.clientX - r.left < r.width / 2 ? queryAt(e.clientY - r.top, latest.tokens.length) : -1;
+  if (q !== hvHover) {
+    hvHover = q;
+    renderHeadView();
+  }
+});
+hv.addEventListener('mouseleave', () => {
+  hvHover = -1;
+  renderHeadView();
+});
+num('satDk').addEventListener('input', renderSaturation);
+for (const id of ['memN', 'memHeads', 'memBlock']) $(id).addEventListener('input', renderMemory);
+matchMedia('(prefers-color-scheme: dark)').addEventListener('change', () => latest && render(latest));
+
+$('exp-article').innerHTML = articleExampleHtml();
+renderMemory();
+// A shared link (#text=…&causal=1…) restores its state; the selects it names are filled after the first
+// trace, so the focus and the blocked row are applied to the first request directly.
+const fromHash = loadFromHash();
+focus = { layer: fromHash.focusLayer ?? 0, head: fromHash.focusHead ?? 0 };
+initialBlocked = fromHash.blocked ?? -1;
+refresh();

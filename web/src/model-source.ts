@@ -1,0 +1,44 @@
+// Where the playground's weights come from: the trained checkpoint when it exists, seeded weights
+// otherwise (or when asked). One decision to know: the checkpoint is bundled by Vite from
+// models/pronoun.safetensors (written by `qkv train --task pronoun`) and read with qkv's own safetensors
+// reader; if the file is missing or unreadable the page says so and falls back to seeded weights.
+
+import { type AttentionStack, seededStack, stackFromSafetensors } from 'qkv';
+import type { ModelConfig, ModelSource } from './protocol.js';
+
+const CHECKPOINT_URL = new URL('../../models/pronoun.safetensors', import.meta.url).href;
+const CHECKPOINT_NAME = 'models/pronoun.safetensors';
+
+let checkpoint: Promise<AttentionStack | string> | undefined;
+let seeded: { key: string; stack: AttentionStack } | undefined;
+
+async function fetchCheckpoint(): Promise<AttentionStack | string> {
+  try {
+    const res = await fetch(CHECKPOINT_URL);
+    if (!res.ok)
+      return `no trained checkpoint at ${CHECKPOINT_NAME} (HTTP ${res.status}); showing seeded weights`;
+    return stackFromSafetensors(new Uint8Array(await res.arrayBuffer()), CHECKPOINT_NAME);
+  } catch (err) {
+    return `could not read ${CHECKPOINT_NAME} (${(err as Error).message}); showing seeded weights`;
+  }
+}
+
+/** The stack for `config`, its source, and a notice when it is not what was asked for. */
+export async function loadStack(
+  config: ModelConfig,
+): Promise<{ stack: AttentionStack; source: ModelSource; notice: string }> {
+  if (config.source === 'checkpoint') {
+    checkpoint ??= fetchCheckpoint();
+    const result = await checkpoint;
+    if (typeof result !== 'string') return { stack: result, source: 'checkpoint', notice: '' };
+    return { stack: seededFor(config), source: 'seeded', notice: result };
+  }
+  return { stack: seededFor(config), source: 'seeded', notice: '' };
+}
+
+function seededFor(config: ModelConfig): AttentionStack {
+  const { dModel, dK, heads, layers, seed } = config;
+  const key = JSON.stringify([dModel, dK, heads, layers, seed]);
+  if (seeded?.key !== key) seeded = { key, stack: seededStack({ dModel, dK, heads, layers, seed }) };
+  return seeded.stack;
+}

@@ -1,0 +1,99 @@
+// Messages between the page (main.ts) and the compute worker (worker.ts).
+// One decision to know: the worker sends plain data (typed arrays, specs), never class instances, so
+// structured cloning copies it once and the page never recomputes anything.
+
+import type { SoftmaxStats, StepView } from 'qkv';
+
+/** 'checkpoint' = the trained models/pronoun.safetensors when it exists; 'seeded' = untrained weights. */
+export type ModelSource = 'checkpoint' | 'seeded';
+
+export interface ModelConfig {
+  source: ModelSource;
+  dModel: number;
+  dK: number;
+  heads: number;
+  layers: number;
+  seed: number;
+}
+
+export interface ExperimentSwitches {
+  causal: boolean;
+  scaled: boolean;
+  tieQK: boolean;
+  /** −1 = none. */
+  blockedQuery: number;
+}
+
+export interface TraceRequest {
+  kind: 'trace';
+  id: number;
+  text: string;
+  config: ModelConfig;
+  switches: ExperimentSwitches;
+  focus: { layer: number; head: number };
+}
+
+export interface SaturationRequest {
+  kind: 'saturation';
+  id: number;
+  n: number;
+  seed: number;
+  dKs: number[];
+}
+
+export type Request = TraceRequest | SaturationRequest;
+
+export interface TraceResult {
+  kind: 'trace';
+  id: number;
+  tokens: string[];
+  /** Tokens dropped beyond the limit (0 if none). */
+  dropped: number;
+  description: string;
+  /** The config as requested, and the model's real shape and source (a checkpoint fixes its own shape). */
+  config: ModelConfig;
+  model: { source: ModelSource; dModel: number; dK: number; heads: number; layers: number; vocab?: string[] };
+  /** Why the model differs from what was asked (e.g. no checkpoint file), or ''. */
+  notice: string;
+  switches: ExperimentSwitches;
+  focus: { layer: number; head: number };
+  /** Per layer, all heads' weights [H·L·L]. */
+  weights: Float32Array[];
+  steps: StepView[];
+  /** The focused head's weight statistics as computed, and with scaling flipped, for comparison. */
+  stats: SoftmaxStats;
+  statsOtherScaling: SoftmaxStats;
+  /** max |S − Sᵀ| and max |S| of the focused head's Q·Kᵀ (symmetry check for W_Q = W_K). */
+  asymmetry: number;
+  scoreMagnitude: number;
+  /** For the blocked query: qkv's row and output vs the article's −1e9 row and output. */
+  blocked?: {
+    query: number;
+    qkvWeights: number[];
+    qkvOutput: number[];
+    articleWeights: number[];
+    articleOutput: number[];
+  };
+  millis: number;
+}
+
+export interface SaturationResult {
+  kind: 'saturation';
+  id: number;
+  n: number;
+  points: { dK: number; scaled: SoftmaxStats; unscaled: SoftmaxStats }[];
+}
+
+export interface ErrorResult {
+  kind: 'error';
+  id: number;
+  message: string;
+  /** The tokens and those a checkpoint's vocabulary lacks, when that was the problem. */
+  tokens?: string[];
+  unknown?: string[];
+  vocab?: string[];
+}
+
+export type Response = TraceResult | SaturationResult | ErrorResult;
+
+export const MAX_TOKENS = 512;

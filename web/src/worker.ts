@@ -1,0 +1,124 @@
+// The compute worker: runs the stack and the experiments off the main thread, so typing stays smooth
+// even at 512 tokens. One decision to know: only the newest request matters — the page drops answers to
+// stale ids — so the worker simply answers in order.
+
+import { attentionWeights, saturationAt, softmaxStats, stepViews, Tensor, tokenize, traceStack } from 'qkv';
+import { loadStack } from './model-source.js';
+import {
+  type ErrorResult,
+  MAX_TOKENS,
+  type Request,
+  type Response,
+  type TraceRequest,
+  type TraceResult,
+} from './protocol.js';
+
+interface WorkerScope {
+  onmessage: ((e: MessageEvent<Request>) => void) | null;
+  postMessage(message: Response): void;
+}
+const scope = self as unknown as WorkerScope;
+
+async function trace(req: TraceRequest): Promise<TraceResult | ErrorResult> {
+  const t0 = performance.now();
+  const all = tokenize(req.text);
+  const tokens = all.slice(0, MAX_TOKENS);
+  const { stack, source, notice } = await loadStack(req.config);
+  if (tokens.length === 0)
+    return { kind: 'error', id: req.id, message: 'Type a sentence: there are no tokens yet.', tokens };
+  if (stack.vocab) {
+    const known = new Set(stack.vocab);
+    const unknown = [...new Set(tokens.filter((t) => !known.has(t) && !known.has(t.toLowerCase())))];
+    if (unknown.length > 0) {
+      return {
+        kind: 'error',
+        id: req.id,
+        message: `The trained checkpoint knows ${stack.vocab.length} words, not ${unknown.map((t) => `“${t}”`).join(', ')}. Use its words (listed below) or switch Weights to seeded.`,
+        tokens,
+        unknown,
+        vocab: [...stack.vocab],
+      };
+    }
+  }
+  const { causal, scaled, tieQK, blockedQuery } = req.switches;
+  const blocked = blockedQuery < tokens.length ? blockedQuery : -1;
+  const focus = {
+    layer: Math.min(req.focus.layer, stack.layers.length - 1),
+    head: Math.min(req.focus.head, stack.heads - 1),
+  };
+  const result = traceStack(stack, tokens, { causal, scaled, tieQK, blockedQuery: blocked, focus });
+  const s = result.steps;
+  const L = tokens.length;
+  // The same head with scaling flipped: q and k are unchanged, only the factor differs.
+  const other = attentionWeights(s.q, s.k, {
+    causal,
+    scale: scaled ? 1 : 1 / Math.sqrt(s.q.shape[1]),
+    ...(blocked >= 0 ? { mask: blockMask(L, blocked) } : {}),
+  });
+  let asymmetry = 0;
+  let scoreMagnitude = 0;
+  for (let i = 0; i < L; i++) {
+    for (let j = 0; j < L; j++) {
+      const a = s.scores.data[i * L + j];
+      asymmetry = Math.max(asymmetry, Math.abs(a - s.scores.data[j * L + i]));
+      scoreMagnitude = Math.max(scoreMagnitude, Math.abs(a));
+    }
+  }
+  const dV = s.v.shape[1];
+  return {
+    kind: 'trace',
+    id: req.id,
+    tokens,
+    dropped: all.length - tokens.length,
+    description: stack.description,
+    config: req.config,
+    model: {
+      source,
+      dModel: stack.dModel,
+      dK: stack.dK,
+      heads: stack.heads,
+      layers: stack.layers.length,
+      ...(stack.vocab ? { vocab: [...stack.vocab] } : {}),
+    },
+    notice,
+    switches: { ...req.switches, blockedQuery: blocked },
+    focus,
+    weights: result.weights.map((w) => w.data),
+    steps: stepViews(s, tokens),
+    stats: softmaxStats(s.weights.data, L),
+    statsOtherScaling: softmaxStats(other.data, L),
+    asymmetry,
+    scoreMagnitude,
+    ...(s.article
+      ? {
+          blocked: {
+            query: s.article.query,
+            qkvWeights: [...s.weights.data.subarray(blocked * L, (blocked + 1) * L)],
+            qkvOutput: [...s.output.data.subarray(blocked * dV, (blocked + 1) * dV)],
+            articleWeights: [...s.article.weights],
+            articleOutput: [...s.article.output],
+          },
+        }
+      : {}),
+    millis: performance.now() - t0,
+  };
+}
+
+function blockMask(L: number, row: number): Tensor {
+  const m = Tensor.full([L, L], 1);
+  m.data.fill(0, row * L, (row + 1) * L);
+  return m;
+}
+
+scope.onmessage = async (e) => {
+  const req = e.data;
+  try {
+    if (req.kind === 'trace') scope.postMessage(await trace(req));
+    else {
+      const points = req.dKs.map((dK) => ({ dK, ...saturationAt(dK, req.n, req.seed) }));
+      scope.postMessage({ kind: 'saturation', id: req.id, n: req.n, points });
+    }
+  } catch (err) {
+    scope.postMessage({ kind: 'error', id: req.id, message: (err as Error).message });
+  }
+};
