@@ -1,0 +1,182 @@
+// The built library in real Chromium: the WASM kernel (Chromium validates the relaxed-SIMD build),
+// float16, and scaledDotProductAttentionAsync on Web Workers, with and without cross-origin isolation.
+// The page imports dist/index.js as plain ES modules from a tiny static server (no bundler involved).
+
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import { extname, join, normalize } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { type BrowserContext, chromium, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CHROMIUM_ARGS, ensureChromium } from './chromium.js';
+
+const repo = fileURLToPath(new URL('../../', import.meta.url));
+// biome-ignore lint/suspicious/noExplicitAny: the page's module namespace objects are untyped here
+declare const load: (url: string) => Promise<any>;
+let context: BrowserContext;
+let userDir: string;
+const servers: Server[] = [];
+
+/** Serves the repository's dist/ and an empty page; `isolated` adds the COOP/COEP headers. */
+function serve(isolated: boolean): Promise<string> {
+  const server = createServer((req, res) => {
+    const path = normalize(decodeURIComponent(new URL(req.url ?? '/', 'http://x').pathname));
+    const headers: Record<string, string> = isolated
+      ? { 'Cross-Origin-Opener-Policy': 'same-origin', 'Cross-Origin-Embedder-Policy': 'require-corp' }
+      : {};
+    if (path === '/') {
+      res
+        .writeHead(200, { ...headers, 'Content-Type': 'text/html' })
+        .end('<!doctype html><title>qkv</title>');
+      return;
+    }
+    if (!path.startsWith('/dist/') || path.includes('..')) {
+      res.writeHead(404).end();
+      return;
+    }
+    try {
+      const body = readFileSync(join(repo, path));
+      const type = extname(path) === '.js' ? 'text/javascript' : 'application/octet-stream';
+      res.writeHead(200, { ...headers, 'Content-Type': type }).end(body);
+    } catch {
+      res.writeHead(404).end();
+    }
+  });
+  servers.push(server);
+  return new Promise((resolve) =>
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      resolve(`http://127.0.0.1:${port}/`);
+    }),
+  );
+}
+
+async function open(url: string): Promise<{ page: Page; warnings: string[] }> {
+  const page = await context.newPage();
+  const warnings: string[] = [];
+  page.on('console', (m) => m.type() === 'warning' && warnings.push(m.text()));
+  // A loader defined from a string: Vitest rewrites import() inside the functions we pass to evaluate.
+  await page.addInitScript('window.load = (url) => import(url);');
+  await page.goto(url);
+  return { page, warnings };
+}
+
+beforeAll(async () => {
+  userDir = mkdtempSync(join(tmpdir(), 'qkv-kernels-'));
+  context = await chromium.launchPersistentContext(userDir, {
+    executablePath: ensureChromium(),
+    args: CHROMIUM_ARGS,
+    headless: true,
+  });
+}, 60_000);
+
+afterAll(async () => {
+  await context?.close();
+  for (const s of servers) s.close();
+  if (userDir) rmSync(userDir, { recursive: true, force: true });
+});
+
+describe('the library in Chromium', () => {
+  it('runs the relaxed-SIMD WASM kernel, equal to the reference on every option, and float16', async () => {
+    const { page } = await open(await serve(false));
+    const result = await page.evaluate(async () => {
+      const qkv = await load('/dist/index.js');
+      const { Tensor, scaledDotProductAttention: sdpa } = qkv;
+      let seed = 1;
+      let worst = 0;
+      const calls = [
+        [[2, 4, 65, 64], [2, 2, 130, 64], [2, 2, 130, 40], { causal: true }],
+        [[1, 2, 70, 33], [1, 2, 63, 33], [1, 2, 63, 7], { causal: 'top-left', window: [9, 2] }],
+        [[1, 3, 40, 16], [1, 3, 40, 16], [1, 3, 40, 16], { bias: 'heads', mask: 'keys' }],
+      ] as const;
+      for (const [qs, ks, vs, o] of calls) {
+        const q = Tensor.randn(qs, { seed: seed++ });
+        const k = Tensor.randn(ks, { seed: seed++ });
+        const v = Tensor.randn(vs, { seed: seed++ });
+        const options: Record<string, unknown> = { ...o };
+        if ('bias' in o) options.bias = Tensor.randn([qs[1], qs[2], ks[2]], { seed: seed++ });
+        if ('mask' in o)
+          options.mask = new Tensor(
+            Float32Array.from({ length: ks[2] }, (_, j) => (j % 4 ? 1 : 0)),
+            [ks[2]],
+          );
+        const want = sdpa(q, k, v, { ...options, kernel: 'reference' }).data;
+        const got = sdpa(q, k, v, { ...options, kernel: 'wasm' }).data;
+        for (let i = 0; i < want.length; i++) {
+          const excess = Math.abs(got[i] - want[i]) - (1e-5 + 1e-4 * Math.abs(want[i]));
+          if (!(excess <= 0))
+            worst = Math.max(worst, Number.isNaN(excess) ? Number.POSITIVE_INFINITY : excess);
+        }
+      }
+      const x = Tensor.randn([1, 2, 50, 32], { seed: 99 });
+      const half = sdpa(x.to('float16'), x.to('float16'), x.to('float16'), { dtype: 'float16' });
+      const full = sdpa(
+        x.to('float16').to('float32'),
+        x.to('float16').to('float32'),
+        x.to('float16').to('float32'),
+      );
+      return {
+        support: qkv.kernelSupport(),
+        worst,
+        halfExact:
+          half.dtype === 'float16' &&
+          half.data.every((h: number, i: number) => h === full.to('float16').data[i]),
+      };
+    });
+    expect(result.support.wasm).toBe('relaxed-simd');
+    expect(result.worst).toBe(0);
+    expect(result.halfExact).toBe(true);
+  });
+
+  it('without cross-origin isolation, the async call runs on one thread, equal to the sync one, and says so once', async () => {
+    const { page, warnings } = await open(await serve(false));
+    const result = await page.evaluate(async () => {
+      const { Tensor, scaledDotProductAttention, scaledDotProductAttentionAsync } =
+        await load('/dist/index.js');
+      const q = Tensor.randn([1, 4, 256, 64], { seed: 1 });
+      const a = await scaledDotProductAttentionAsync(q, q, q, { causal: true, threads: 2 });
+      const b = await scaledDotProductAttentionAsync(q, q, q, { threads: 2 });
+      const sync = scaledDotProductAttention(q, q, q, { causal: true });
+      const { getPool } = await load('/dist/attention/async.js');
+      return {
+        isolated: crossOriginIsolated,
+        same: a.data.every((x: number, i: number) => x === sync.data[i]),
+        b: b.shape,
+        workers: getPool().size,
+      };
+    });
+    expect(result.isolated).toBe(false);
+    expect(result.same).toBe(true);
+    expect(result.b).toEqual([1, 4, 256, 64]);
+    expect(result.workers).toBe(0);
+    expect(warnings.filter((w) => w.includes('runs on one thread'))).toHaveLength(1);
+    expect(warnings[0]).toMatch(/not cross-origin isolated/);
+  });
+
+  it('with COOP/COEP, the async call runs on Web Workers and equals the reference', async () => {
+    const { page, warnings } = await open(await serve(true));
+    const result = await page.evaluate(async () => {
+      const { Tensor, scaledDotProductAttention, scaledDotProductAttentionAsync } =
+        await load('/dist/index.js');
+      const q = Tensor.randn([1, 4, 300, 32], { seed: 2 });
+      const k = Tensor.randn([1, 2, 280, 32], { seed: 3 });
+      const v = Tensor.randn([1, 2, 280, 16], { seed: 4 });
+      const got = await scaledDotProductAttentionAsync(q, k, v, { causal: true, threads: 2 });
+      const want = scaledDotProductAttention(q, k, v, { causal: true, kernel: 'reference' });
+      let worst = 0;
+      for (let i = 0; i < want.data.length; i++) {
+        worst = Math.max(
+          worst,
+          Math.abs(got.data[i] - want.data[i]) - (1e-5 + 1e-4 * Math.abs(want.data[i])),
+        );
+      }
+      const { getPool } = await load('/dist/attention/async.js');
+      return { isolated: crossOriginIsolated, worst, workers: getPool().size };
+    });
+    expect(result.isolated).toBe(true);
+    expect(result.workers).toBe(2);
+    expect(result.worst).toBeLessThanOrEqual(0);
+    expect(warnings).toEqual([]);
+  });
+});
