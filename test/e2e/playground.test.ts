@@ -13,6 +13,7 @@ import { build, type PreviewServer, preview } from 'vite';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { heatmapLayout, readPngSize, seededStack, stepViews, tokenize, traceStack } from '../../src/index.js';
 import { CHROMIUM_ARGS, ensureChromium } from './chromium.js';
+import { checkTrainTab } from './train-tab.js';
 
 const repo = fileURLToPath(new URL('../../', import.meta.url));
 const configFile = join(repo, 'web/vite.config.ts');
@@ -369,5 +370,9 @@ describe('playground in Chromium', () => {
     expect(Date.now() - t0).toBeLessThan(5000);
     await page.locator('#tab-steps').click();
     expect(pageErrors).toEqual([]);
+  });
+
+  it('Train tab: copy learns (loss falls, maps redrawn), Pause stops the counter, a pronoun model is used and saved', async () => {
+    await checkTrainTab(page, shots, pageErrors);
   });
 });

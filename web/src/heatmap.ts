@@ -74,7 +74,8 @@ export function drawHeatmap(
   return layout;
 }
 
-function download(blob: Blob, name: string): void {
+/** Saves `blob` as a file named `name` (through a temporary link). */
+export function download(blob: Blob, name: string): void {
   const a = document.createElement('a');
   a.href = URL.createObjectURL(blob);
   a.download = name;

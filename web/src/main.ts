@@ -1,4 +1,5 @@
-// The playground page: reads the controls, asks the worker for a trace, and renders the four views.
+// The playground page: reads the controls, asks the worker for a trace, and renders the four views; the
+// Train tab (train.ts) runs in a worker of its own and can hand its model over ("Use this model").
 // One decision to know: the page holds no model maths — it only sends the state to the worker and draws
 // what comes back; at most one request is in flight and the newest state always wins.
 
@@ -17,8 +18,17 @@ import { drawHeadView, headColor, queryAt } from './headview.js';
 import { currentTheme, HeatmapCard } from './heatmap.js';
 import { renderModelView } from './modelview.js';
 import { loadFromHash, saveToHash } from './permalink.js';
-import type { ModelConfig, Request, Response, SaturationResult, TraceResult } from './protocol.js';
+import type {
+  LoadResult,
+  ModelConfig,
+  ModelSource,
+  Request,
+  Response,
+  SaturationResult,
+  TraceResult,
+} from './protocol.js';
 import { setupTabs } from './tabs.js';
+import { setupTrainTab } from './train.js';
 
 const $ = <T extends HTMLElement = HTMLElement>(id: string) => document.getElementById(id) as T;
 const num = (id: string) => $<HTMLInputElement>(id);
@@ -40,6 +50,8 @@ let hvSelected: boolean[] = [];
 let renders = 0;
 /** The blocked row a shared link asks for, used until the select has its options. */
 let initialBlocked: number | undefined;
+/** Answers to "Use this model" loads, by request id. */
+const pendingLoads = new Map<number, (result: LoadResult) => void>();
 
 // ---- reading the controls -------------------------------------------------------------------------
 
@@ -55,7 +67,7 @@ function intOf(id: string, fallback: number): number {
 
 function readConfig(): ModelConfig {
   return {
-    source: select('source').value === 'seeded' ? 'seeded' : 'checkpoint',
+    source: (['seeded', 'trained'] as const).find((s) => s === select('source').value) ?? 'checkpoint',
     dModel: intOf('dModel', 64),
     dK: intOf('dK', 16),
     heads: intOf('heads', 4),
@@ -102,6 +114,11 @@ function refreshSaturation(): void {
 
 worker.onmessage = (e: MessageEvent<Response>) => {
   const res = e.data;
+  if (res.kind === 'loaded') {
+    pendingLoads.get(res.id)?.(res);
+    pendingLoads.delete(res.id);
+    return;
+  }
   if (res.kind === 'saturation') {
     satBusy = false;
     saturation = res;
@@ -156,17 +173,20 @@ function render(t: TraceResult): void {
   const t0 = performance.now();
   const L = t.tokens.length;
   focus = t.focus;
-  $('model-note').textContent =
-    t.model.source === 'checkpoint'
-      ? `Model: ${t.description}, trained by \`qkv train --task pronoun\` to tell which noun “it” means. Try “tired” → “wide” and watch the “it” row of layer 1.`
-      : `Model: ${t.description}. The weights are deterministic and untrained, so the patterns are those of random projections, not of language.${t.notice ? ` (${t.notice}.)` : ''}`;
+  const notice = t.notice ? ` (${t.notice}.)` : '';
+  const notes: Record<ModelSource, string> = {
+    checkpoint: `Model: ${t.description}, trained by \`qkv train --task pronoun\` to tell which noun “it” means. Try “tired” → “wide” and watch the “it” row of layer 1.${notice}`,
+    trained: `Model: ${t.description}, trained in this page on the pronoun task. Try “tired” → “wide” and watch the “it” row of the last layer.`,
+    seeded: `Model: ${t.description}. The weights are deterministic and untrained, so the patterns are those of random projections, not of language.${notice}`,
+  };
+  $('model-note').textContent = notes[t.model.source];
   setStatus(
     `${L} token${L === 1 ? '' : 's'}${t.dropped ? ` (${t.dropped} more dropped: the limit is ${L})` : ''} · computed in ${t.millis.toFixed(0)} ms in a Web Worker`,
   );
 
   renderChips(t.tokens, new Set());
   showVocab(t.model.vocab);
-  const fromCheckpoint = t.model.source === 'checkpoint';
+  const fromCheckpoint = t.model.source !== 'seeded';
   for (const [id, value] of [
     ['dModel', t.model.dModel],
     ['dK', t.model.dK],
@@ -353,6 +373,30 @@ const selectTab = setupTabs((id) => {
   if (id === 'tab-head') renderHeadView();
   if (id === 'tab-model') renderModel();
 });
+
+// ---- the Train tab's model in the other views --------------------------------------------------------
+
+/** Sends trained bytes to the compute worker, then shows them everywhere as Weights → trained. */
+function useTrainedModel(bytes: Uint8Array, step: number): Promise<string> {
+  const id = nextId++;
+  return new Promise((resolve, reject) => {
+    pendingLoads.set(id, (res) => {
+      if (res.error !== undefined || res.description === undefined) {
+        reject(new Error(res.error ?? 'no description'));
+        return;
+      }
+      const option = [...select('source').options].find((o) => o.value === 'trained')!;
+      option.disabled = false;
+      option.text = `trained in the Train tab (step ${step})`;
+      select('source').value = 'trained';
+      refresh();
+      resolve(res.description);
+    });
+    worker.postMessage({ kind: 'load', id, bytes } satisfies Request, [bytes.buffer]);
+  });
+}
+
+setupTrainTab({ useModel: useTrainedModel });
 
 // ---- wiring -----------------------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 // Where the playground's weights come from: the trained checkpoint when it exists, seeded weights
-// otherwise (or when asked). One decision to know: the checkpoint is bundled by Vite from
+// otherwise (or when asked), or the model the Train tab handed over ("Use this model"). One decision to know: the checkpoint is bundled by Vite from
 // models/pronoun.safetensors (written by `qkv train --task pronoun`) and read with qkv's own safetensors
 // reader; if the file is missing or unreadable the page says so and falls back to seeded weights.
 
@@ -11,6 +11,13 @@ const CHECKPOINT_NAME = 'models/pronoun.safetensors';
 
 let checkpoint: Promise<AttentionStack | string> | undefined;
 let seeded: { key: string; stack: AttentionStack } | undefined;
+let trained: AttentionStack | undefined;
+
+/** Makes safetensors bytes from the Train tab the 'trained' source; returns its description. */
+export function useTrainedCheckpoint(bytes: Uint8Array): string {
+  trained = stackFromSafetensors(bytes, 'from the Train tab');
+  return trained.description;
+}
 
 async function fetchCheckpoint(): Promise<AttentionStack | string> {
   try {
@@ -27,6 +34,12 @@ async function fetchCheckpoint(): Promise<AttentionStack | string> {
 export async function loadStack(
   config: ModelConfig,
 ): Promise<{ stack: AttentionStack; source: ModelSource; notice: string }> {
+  if (config.source === 'trained') {
+    if (trained) return { stack: trained, source: 'trained', notice: '' };
+    const fallback = await loadStack({ ...config, source: 'checkpoint' });
+    const why = 'nothing has been trained in this page yet: see the Train tab';
+    return { ...fallback, notice: fallback.notice ? `${why}; ${fallback.notice}` : why };
+  }
   if (config.source === 'checkpoint') {
     checkpoint ??= fetchCheckpoint();
     const result = await checkpoint;

@@ -4,8 +4,11 @@
 
 import type { SoftmaxStats, StepView } from 'qkv';
 
-/** 'checkpoint' = the trained models/pronoun.safetensors when it exists; 'seeded' = untrained weights. */
-export type ModelSource = 'checkpoint' | 'seeded';
+/**
+ * 'checkpoint' = the trained models/pronoun.safetensors when it exists; 'seeded' = untrained weights;
+ * 'trained' = the model last handed over by the Train tab ("Use this model").
+ */
+export type ModelSource = 'checkpoint' | 'seeded' | 'trained';
 
 export interface ModelConfig {
   source: ModelSource;
@@ -41,7 +44,14 @@ export interface SaturationRequest {
   dKs: number[];
 }
 
-export type Request = TraceRequest | SaturationRequest;
+/** Safetensors bytes from the Train tab, to be the 'trained' source from now on. */
+export interface LoadRequest {
+  kind: 'load';
+  id: number;
+  bytes: Uint8Array;
+}
+
+export type Request = TraceRequest | SaturationRequest | LoadRequest;
 
 export interface TraceResult {
   kind: 'trace';
@@ -94,6 +104,14 @@ export interface ErrorResult {
   vocab?: string[];
 }
 
-export type Response = TraceResult | SaturationResult | ErrorResult;
+/** The answer to a LoadRequest: the loaded model's description, or why it could not be loaded. */
+export interface LoadResult {
+  kind: 'loaded';
+  id: number;
+  description?: string;
+  error?: string;
+}
+
+export type Response = TraceResult | SaturationResult | ErrorResult | LoadResult;
 
 export const MAX_TOKENS = 512;

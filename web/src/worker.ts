@@ -3,7 +3,7 @@
 // stale ids — so the worker simply answers in order.
 
 import { attentionWeights, saturationAt, softmaxStats, stepViews, Tensor, tokenize, traceStack } from 'qkv';
-import { loadStack } from './model-source.js';
+import { loadStack, useTrainedCheckpoint } from './model-source.js';
 import {
   type ErrorResult,
   MAX_TOKENS,
@@ -114,7 +114,13 @@ scope.onmessage = async (e) => {
   const req = e.data;
   try {
     if (req.kind === 'trace') scope.postMessage(await trace(req));
-    else {
+    else if (req.kind === 'load') {
+      try {
+        scope.postMessage({ kind: 'loaded', id: req.id, description: useTrainedCheckpoint(req.bytes) });
+      } catch (err) {
+        scope.postMessage({ kind: 'loaded', id: req.id, error: (err as Error).message });
+      }
+    } else {
       const points = req.dKs.map((dK) => ({ dK, ...saturationAt(dK, req.n, req.seed) }));
       scope.postMessage({ kind: 'saturation', id: req.id, n: req.n, points });
     }
