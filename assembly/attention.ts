@@ -250,3 +250,38 @@ export function finish(out: usize, m: usize, l: usize, acc: usize, rows: i32, Ev
     for (let e = 0; e < EvPad; e += 4) v128.store(op + (<usize>e << 2), f32x4.mul(v128.load(ap + (<usize>e << 2)), inv));
   }
 }
+
+/** x[0..n) *= s in place (the query rows, by the attention scale). */
+export function scaleInPlace(x: usize, n: i32, s: f32): void {
+  const vs = f32x4.splat(s);
+  let i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const p = x + (<usize>i << 2);
+    v128.store(p, f32x4.mul(v128.load(p), vs));
+  }
+  for (; i < n; i++) {
+    const p = x + (<usize>i << 2);
+    store<f32>(p, load<f32>(p) * s);
+  }
+}
+
+/**
+ * Keys [cols, E] (row-major, as copied from k) → K^T panels: panel P holds keys P·block … P·block +
+ * block − 1 as [E, ld] (ld ≥ block; the unused tail of each row is zeroed).
+ */
+export function transposeK(src: usize, cols: i32, E: i32, dst: usize, block: i32, ld: i32): void {
+  for (let c0 = 0; c0 < cols; c0 += block) {
+    const n = min(block, cols - c0);
+    const panel = dst + (<usize>(c0 / block) * <usize>E * <usize>ld << 2);
+    for (let e = 0; e < E; e++) {
+      const row = panel + (<usize>(e * ld) << 2);
+      let from = src + (<usize>(c0 * E + e) << 2);
+      const step = <usize>E << 2;
+      for (let c = 0; c < n; c++) {
+        store<f32>(row + (<usize>c << 2), load<f32>(from));
+        from += step;
+      }
+      memory.fill(row + (<usize>n << 2), 0, <usize>(ld - n) << 2);
+    }
+  }
+}

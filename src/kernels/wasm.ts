@@ -45,6 +45,8 @@ interface KernelExports {
     biasSs: number,
   ): void;
   finish(out: number, m: number, l: number, acc: number, rows: number, EvPad: number): void;
+  scaleInPlace(x: number, n: number, s: number): void;
+  transposeK(src: number, cols: number, E: number, dst: number, block: number, ld: number): void;
 }
 
 /** Which build runs here: 'relaxed-simd', 'simd', or undefined with the reason in `wasmUnavailable`. */
@@ -92,6 +94,7 @@ export function wasmUnavailableReason(): string {
 
 const ROW_CHUNK = 4096; // query rows per chunk: their state (m, l, acc) stays in WASM memory
 const COL_BLOCK = 256; // keys per attend call: K and V blocks of 64 KB each at E = 64 stay in L2
+const PANEL_LD = COL_BLOCK + 8; // row stride of a K^T panel
 const KV_BUDGET = 8 << 20; // bytes of K and V per head copied at once; longer sequences stream
 const UNBOUNDED = 1 << 30;
 
@@ -105,6 +108,7 @@ class Instance {
   private kvKey = ''; // which (problem, b, hk, s0, s1) K and V in memory belong to
   private maskPtr = 0;
   private biasPtr = 0;
+  private stagePtr = 0;
 
   constructor(module: WebAssembly.Module) {
     this.exports = new WebAssembly.Instance(module, {}).exports as unknown as KernelExports;
@@ -135,9 +139,10 @@ class Instance {
     const EvPad = pad(Math.max(Ev, 1), 8);
     const rowsMax = pad(Math.min(ROW_CHUNK, i1 - i0), 4);
     const kvCols = Math.max(8, Math.min(pad(S, 8), pad(Math.floor(KV_BUDGET / 4 / (E + EvPad)), 8)));
-    // Row stride of K^T: 8 floats more than needed, so long rows are not a power-of-two apart (at
-    // S = 65536 the 64 rows of a tile would all map to the same cache sets: ~7× slower).
-    const ldk = kvCols + 8;
+    // K^T is stored as panels of COL_BLOCK keys, [E, PANEL_LD] each, so one attend call reads 64 KB of
+    // contiguous memory (a [E, S] layout spreads a tile over E pages); PANEL_LD = COL_BLOCK + 8 keeps
+    // its rows off a power-of-two stride, which would map them onto the same cache sets.
+    const panels = Math.ceil(kvCols / COL_BLOCK);
 
     // Memory map (bytes, 16-aligned), from the module's heap base (> 0, so address 0 can mean "no
     // mask/bias"): mask | bias | K^T [E, ldk] | V [kvCols, EvPad] | Q [rowsMax, E] | m | l |
@@ -146,13 +151,15 @@ class Instance {
     const maskBytes = mask ? pad(mask.data.length * 4, 16) : 0;
     const biasBytes = bias ? pad(bias.data.length * 4, 16) : 0;
     const ktPtr = base + maskBytes + biasBytes;
-    const vPtr = ktPtr + E * ldk * 4;
+    const vPtr = ktPtr + panels * E * PANEL_LD * 4;
     const qPtr = vPtr + kvCols * EvPad * 4;
     const mPtr = qPtr + rowsMax * E * 4;
     const lPtr = mPtr + rowsMax * 4;
     const accPtr = lPtr + rowsMax * 4;
     const tilePtr = accPtr + rowsMax * EvPad * 4;
-    this.ensure(tilePtr + 4 * pad(COL_BLOCK, 8) * 4);
+    const stagePtr = tilePtr + 4 * pad(COL_BLOCK, 8) * 4; // keys as copied, [kvCols, E], before transposing
+    this.ensure(stagePtr + kvCols * E * 4);
+    this.stagePtr = stagePtr;
     if (this.problem !== p) {
       // Masks and biases are copied as given (broadcast axes stay size 1), once per call.
       this.problem = p;
@@ -179,7 +186,8 @@ class Instance {
         const t = halfTable();
         for (let x = 0; x < rows * E; x++) f32[qTo + x] = t[q[qFrom + x]] * p.scale;
       } else {
-        for (let x = 0; x < rows * E; x++) f32[qTo + x] = q[qFrom + x] * p.scale;
+        f32.set((q as Float32Array).subarray(qFrom, qFrom + rows * E), qTo);
+        ex.scaleInPlace(qPtr, rows * E, p.scale);
       }
       f32.fill(0, qPtr / 4 + rows * E, qPtr / 4 + rowsPad * E);
       ex.reset(mPtr, lPtr, accPtr, rowsPad, EvPad);
@@ -193,10 +201,12 @@ class Instance {
       const whole = pad(S, 8) <= kvCols;
       for (let s0 = whole ? 0 : bandLo; s0 <= bandHi; s0 += kvCols) {
         const s1 = whole ? S : Math.min(bandHi + 1, s0 + kvCols);
-        this.loadKV(p, b, hk, s0, s1, ktPtr, vPtr, ldk, EvPad, k, v);
+        this.loadKV(p, b, hk, s0, s1, ktPtr, vPtr, EvPad, k, v);
         const end = Math.min(s1, bandHi + 1);
-        for (let c0 = Math.max(s0, bandLo); c0 < end; c0 += COL_BLOCK) {
-          const c1 = Math.min(end, c0 + COL_BLOCK);
+        for (let c0 = Math.max(s0, bandLo); c0 < end; ) {
+          const panel = Math.floor((c0 - s0) / COL_BLOCK);
+          const c1 = Math.min(end, s0 + (panel + 1) * COL_BLOCK); // never past the panel
+          const ktAt = ktPtr + (panel * E * PANEL_LD + (c0 - s0 - panel * COL_BLOCK)) * 4;
           const interior = c0 >= innerLo && c1 - 1 <= innerHi;
           const maskAt = mask
             ? this.maskPtr + 4 * (b * mask.sb + h * mask.sh + r0 * mask.sl + c0 * mask.ss)
@@ -206,7 +216,7 @@ class Instance {
             : 0;
           ex.attend(
             qPtr,
-            ktPtr + (c0 - s0) * 4,
+            ktAt,
             vPtr + (c0 - s0) * EvPad * 4,
             tilePtr,
             mPtr,
@@ -215,7 +225,7 @@ class Instance {
             rows,
             c1 - c0,
             E,
-            ldk,
+            PANEL_LD,
             EvPad,
             r0,
             c0,
@@ -230,6 +240,7 @@ class Instance {
             bias ? bias.sl : 0,
             bias ? bias.ss : 0,
           );
+          c0 = c1;
         }
       }
       ex.finish(accPtr, mPtr, lPtr, accPtr, rows, EvPad);
@@ -245,7 +256,7 @@ class Instance {
     }
   }
 
-  /** Copies keys [s0, s1) of k[b, hk] transposed to [E, ldk] and v[b, hk] to [s1 − s0, EvPad], once. */
+  /** Copies keys [s0, s1) of k[b, hk] transposed into panels [E, PANEL_LD] and v[b, hk] to [s1 − s0, EvPad], once. */
   private loadKV(
     p: AttentionProblem,
     b: number,
@@ -254,7 +265,6 @@ class Instance {
     s1: number,
     ktPtr: number,
     vPtr: number,
-    ldk: number,
     EvPad: number,
     k: Float32Array | Uint16Array,
     v: Float32Array | Uint16Array,
@@ -270,11 +280,20 @@ class Instance {
     const vBase = (b * Hkv + hk) * S * Ev;
     const kt = ktPtr / 4;
     const t = p.half ? halfTable() : undefined;
-    for (let e = 0; e < E; e++) {
-      const row = kt + e * ldk;
-      if (t) for (let c = 0; c < cols; c++) f32[row + c] = t[k[kBase + (s0 + c) * E + e]];
-      else for (let c = 0; c < cols; c++) f32[row + c] = k[kBase + (s0 + c) * E + e];
-      f32.fill(0, row + cols, row + colsPad);
+    if (!t) {
+      // A straight copy, then the transpose in WASM (JS element loops are the slow part here).
+      f32.set((k as Float32Array).subarray(kBase + s0 * E, kBase + s1 * E), this.stagePtr / 4);
+      this.exports.transposeK(this.stagePtr, cols, E, ktPtr, COL_BLOCK, PANEL_LD);
+    }
+    for (let c0 = 0; t && c0 < cols; c0 += COL_BLOCK) {
+      const n = Math.min(COL_BLOCK, cols - c0); // keys in this panel; the rest of its row is zero
+      const panel = kt + (c0 / COL_BLOCK) * E * PANEL_LD;
+      for (let e = 0; e < E; e++) {
+        const row = panel + e * PANEL_LD;
+        const from = kBase + (s0 + c0) * E + e;
+        for (let c = 0; c < n; c++) f32[row + c] = t[k[from + c * E]];
+        f32.fill(0, row + n, row + PANEL_LD);
+      }
     }
     const vv = vPtr / 4;
     for (let c = 0; c < cols; c++) {
