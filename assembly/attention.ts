@@ -163,21 +163,23 @@ export function attend(
       const row = r0 + rr;
       const t = tile + <usize>rr * tileBytes;
       const mp = m + (<usize>row << 2);
-      // pmax (one instruction) skips NaN scores, so NaN is tracked separately: a row with a NaN score
-      // must come out NaN even when every score is NaN.
+      // pmax (one instruction) skips NaN scores. A NaN among finite scores still reaches the output
+      // through exp; a row of only NaN (and −∞) scores is caught below, where its max is −∞.
       let vmax = ninf;
-      let vnan = f32x4.splat(0);
-      for (let c = cStart; c < cEnd; c += 4) {
-        const s = v128.load(t + (<usize>c << 2));
-        vmax = f32x4.pmax(vmax, s);
-        vnan = v128.or(vnan, f32x4.ne(s, s));
-      }
+      for (let c = cStart; c < cEnd; c += 4) vmax = f32x4.pmax(vmax, v128.load(t + (<usize>c << 2)));
       const mOld = load<f32>(mp);
       let mNew = max(
         max(max(f32x4.extract_lane(vmax, 0), f32x4.extract_lane(vmax, 1)), max(f32x4.extract_lane(vmax, 2), f32x4.extract_lane(vmax, 3))),
         mOld,
       );
-      if (v128.any_true(vnan)) mNew = NaN;
+      if (mNew == NEG_INF) {
+        let vnan = f32x4.splat(0);
+        for (let c = cStart; c < cEnd; c += 4) {
+          const x = v128.load(t + (<usize>c << 2));
+          vnan = v128.or(vnan, f32x4.ne(x, x));
+        }
+        if (v128.any_true(vnan)) mNew = NaN; // NaN scores: the row must come out NaN, not blocked
+      }
       if (mNew == NEG_INF) {
         // Nothing visible to this row yet: its probabilities for this chunk are all 0.
         memory.fill(t + (<usize>cStart << 2), 0, <usize>(cEnd - cStart) << 2);
