@@ -5,11 +5,11 @@
 // (FlashAttention-2, arXiv:2307.08691) in memory between calls. Everything is f32; pointers are bytes.
 //
 // Layouts (all f32, row-major, padded by the caller):
-//   q     [rowsPad, E]      query rows of the chunk, pre-multiplied by the scale; rowsPad a multiple of 4
+//   q     [rowsPad, E]      query rows of the chunk, times scale·log2 e (scores in log2 units); rowsPad ÷ 4
 //   kt    [E, ldk]          keys of the chunk, transposed; ldk is a multiple of 8 (pad columns are 0)
 //   v     [ldk, EvPad]      values of the chunk; EvPad is a multiple of 8 (pad entries are 0)
 //   tile  [4, colsPad]      scratch: scores, then probabilities, of 4 rows
-//   m, l  [rowsPad]         running max and running sum per row
+//   m, l  [rowsPad]         running max (log2 units) and running sum of 2^(s − m) per row
 //   acc   [rowsPad, EvPad]  running Σ p·v, unnormalised
 
 const NEG_INF: f32 = -Infinity;
@@ -21,30 +21,32 @@ function madd(a: v128, b: v128, c: v128): v128 {
 }
 
 /**
- * exp(x) for 4 lanes, x ≤ 0 or NaN: Cody–Waite range reduction and a degree-6 polynomial (~1 ulp).
- * Only single-instruction SIMD ops: pmax rather than max, and the 1.5·2^23 "magic number" to round
- * and to build 2^n, because V8 expands wasm's max, nearest and trunc_sat into instruction sequences.
+ * 2^x for 4 lanes, x ≤ 0 or NaN. Scores arrive in log2 units (the caller folds log2 e into the query
+ * scale), so range reduction is exact: n = round(x), r = x − n ∈ [−½, ½], 2^r by a degree-6 polynomial
+ * (~1 ulp), 2^n built in the exponent bits. Only single-instruction SIMD ops: pmax rather than max, and
+ * the 1.5·2^23 "magic number" to round, because V8 expands wasm's max, nearest and trunc_sat into
+ * instruction sequences.
  */
 @inline
-function exp4(x: v128): v128 {
-  x = f32x4.pmax(x, f32x4.splat(-87.0)); // NaN stays NaN (pmax returns x unless −87 > x); 2^-126 floor
+function exp2x4(x: v128): v128 {
+  x = f32x4.pmax(x, f32x4.splat(-126.0)); // NaN stays NaN (pmax returns x unless −126 > x)
   const magic = f32x4.splat(12582912.0); // 1.5·2^23: adding it rounds to an integer in the low bits
-  const shifted = madd(x, f32x4.splat(1.44269504), magic);
-  const n = f32x4.sub(shifted, magic); // round(x·log2 e) as a float
-  // r = x − n·ln2, with ln2 split into a high part (exact in f32 for |n| < 2^9) and a low correction.
-  let r = madd(n, f32x4.splat(-0.693145751953125), x);
-  r = madd(n, f32x4.splat(-1.428606765330187e-6), r);
-  let p = f32x4.splat(1.3888889e-3);
-  p = madd(p, r, f32x4.splat(8.3333333e-3));
-  p = madd(p, r, f32x4.splat(4.1666667e-2));
-  p = madd(p, r, f32x4.splat(1.6666667e-1));
-  p = madd(p, r, f32x4.splat(0.5));
-  p = madd(p, r, f32x4.splat(1.0));
+  const shifted = f32x4.add(x, magic);
+  const r = f32x4.sub(x, f32x4.sub(shifted, magic)); // x − round(x), exact
+  // 2^r = e^(r ln 2) = Σ (r ln 2)^k / k!
+  let p = f32x4.splat(1.5403530e-4);
+  p = madd(p, r, f32x4.splat(1.3333558e-3));
+  p = madd(p, r, f32x4.splat(9.6181291e-3));
+  p = madd(p, r, f32x4.splat(5.5504109e-2));
+  p = madd(p, r, f32x4.splat(2.4022651e-1));
+  p = madd(p, r, f32x4.splat(6.9314718e-1));
   p = madd(p, r, f32x4.splat(1.0));
   // 2^n: the integer sits in the low mantissa bits of `shifted` (as n + 0x400000); move it to the exponent.
   const scaleBits = i32x4.shl(i32x4.add(shifted, i32x4.splat(127 - 0x400000)), 23);
   return f32x4.mul(p, scaleBits);
 }
+
+const LOG2E: f32 = 1.4426950408889634;
 
 /** First byte the caller may use: everything below belongs to the module's static data. */
 export function heapBase(): usize {
@@ -153,7 +155,7 @@ export function attend(
           store<f32>(tp, NEG_INF);
           continue;
         }
-        if (bias != 0) store<f32>(tp, load<f32>(tp) + load<f32>(bias + (<usize>(row * biasSl + c * biasSs) << 2)));
+        if (bias != 0) store<f32>(tp, load<f32>(tp) + LOG2E * load<f32>(bias + (<usize>(row * biasSl + c * biasSs) << 2)));
       }
     }
 
@@ -190,12 +192,12 @@ export function attend(
       for (let c = cStart; c < cEnd; c += 4) {
         const tp = t + (<usize>c << 2);
         const s = v128.load(tp);
-        const p = v128.and(exp4(f32x4.sub(s, vm)), f32x4.ne(s, ninf));
+        const p = v128.and(exp2x4(f32x4.sub(s, vm)), f32x4.ne(s, ninf));
         v128.store(tp, p);
         vsum = f32x4.add(vsum, p);
       }
-      // exp4 rather than Mathf.exp: Mathf.exp reads a lookup table from static data.
-      const alpha = mOld == NEG_INF ? <f32>0 : f32x4.extract_lane(exp4(f32x4.splat(mOld - mNew)), 0);
+      // exp2x4 rather than Mathf.exp2: the library version reads a lookup table from static data.
+      const alpha = mOld == NEG_INF ? <f32>0 : f32x4.extract_lane(exp2x4(f32x4.splat(mOld - mNew)), 0);
       const sum = f32x4.extract_lane(vsum, 0) + f32x4.extract_lane(vsum, 1) + f32x4.extract_lane(vsum, 2) + f32x4.extract_lane(vsum, 3);
       store<f32>(mp, mNew);
       store<f32>(l + (<usize>row << 2), load<f32>(l + (<usize>row << 2)) * alpha + sum);

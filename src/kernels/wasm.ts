@@ -172,6 +172,8 @@ class Instance {
     const ex = this.exports;
     const f32 = this.f32;
     const left = Math.min(p.left, UNBOUNDED);
+    // Scores are computed in log2 units (q · scale · log2 e), so the module's softmax uses 2^x.
+    const qScale = p.scale * Math.LOG2E;
     const right = Math.min(p.right, UNBOUNDED);
 
     for (let r0 = i0; r0 < i1; r0 += ROW_CHUNK) {
@@ -184,10 +186,10 @@ class Instance {
       const qTo = qPtr / 4;
       if (half) {
         const t = halfTable();
-        for (let x = 0; x < rows * E; x++) f32[qTo + x] = t[q[qFrom + x]] * p.scale;
+        for (let x = 0; x < rows * E; x++) f32[qTo + x] = t[q[qFrom + x]] * qScale;
       } else {
         f32.set((q as Float32Array).subarray(qFrom, qFrom + rows * E), qTo);
-        ex.scaleInPlace(qPtr, rows * E, p.scale);
+        ex.scaleInPlace(qPtr, rows * E, qScale);
       }
       f32.fill(0, qPtr / 4 + rows * E, qPtr / 4 + rowsPad * E);
       ex.reset(mPtr, lPtr, accPtr, rowsPad, EvPad);
@@ -244,13 +246,19 @@ class Instance {
         }
       }
       ex.finish(accPtr, mPtr, lPtr, accPtr, rows, EvPad);
-      // Copy out rows (dropping the value padding) and lse = m + log(l) in float64.
-      for (let r = 0; r < rows; r++) {
-        const row = bh * L + r0 + r;
-        if (out) out.set(f32.subarray(accPtr / 4 + r * EvPad, accPtr / 4 + r * EvPad + Ev), row * Ev);
-        if (lse) {
+      // Copy out rows (dropping the value padding) and lse = m·ln 2 + log(l) in float64.
+      const acc0 = accPtr / 4;
+      if (out && EvPad === Ev) out.set(f32.subarray(acc0, acc0 + rows * Ev), (bh * L + r0) * Ev);
+      else if (out) {
+        for (let r = 0; r < rows; r++) {
+          out.set(f32.subarray(acc0 + r * EvPad, acc0 + r * EvPad + Ev), (bh * L + r0 + r) * Ev);
+        }
+      }
+      if (lse) {
+        for (let r = 0; r < rows; r++) {
           const m = f32[mPtr / 4 + r];
-          lse[row] = m === Number.NEGATIVE_INFINITY ? m : m + Math.log(f32[lPtr / 4 + r]);
+          lse[bh * L + r0 + r] =
+            m === Number.NEGATIVE_INFINITY ? m : m * Math.LN2 + Math.log(f32[lPtr / 4 + r]);
         }
       }
     }
@@ -296,12 +304,16 @@ class Instance {
       }
     }
     const vv = vPtr / 4;
-    for (let c = 0; c < cols; c++) {
-      const from = vBase + (s0 + c) * Ev;
-      const to = vv + c * EvPad;
-      if (t) for (let e = 0; e < Ev; e++) f32[to + e] = t[v[from + e]];
-      else f32.set((v as Float32Array).subarray(from, from + Ev), to);
-      f32.fill(0, to + Ev, to + EvPad);
+    if (!t && EvPad === Ev) {
+      f32.set((v as Float32Array).subarray(vBase + s0 * Ev, vBase + s1 * Ev), vv); // rows already padded
+    } else {
+      for (let c = 0; c < cols; c++) {
+        const from = vBase + (s0 + c) * Ev;
+        const to = vv + c * EvPad;
+        if (t) for (let e = 0; e < Ev; e++) f32[to + e] = t[v[from + e]];
+        else f32.set((v as Float32Array).subarray(from, from + Ev), to);
+        f32.fill(0, to + Ev, to + EvPad);
+      }
     }
     f32.fill(0, vv + cols * EvPad, vv + colsPad * EvPad);
   }
