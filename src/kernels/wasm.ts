@@ -70,14 +70,25 @@ export function probeWasm(): typeof wasmVariant {
     if (typeof WebAssembly !== 'object') throw new Error('WebAssembly is not available in this runtime');
     const relaxed = decode(RELAXED_WASM_BASE64);
     const simd = decode(SIMD_WASM_BASE64);
-    if (WebAssembly.validate(relaxed)) {
-      compiled = new WebAssembly.Module(relaxed);
-      wasmVariant = 'relaxed-simd';
-    } else if (WebAssembly.validate(simd)) {
-      compiled = new WebAssembly.Module(simd);
-      wasmVariant = 'simd';
-    } else {
-      throw new Error('this runtime does not support WebAssembly SIMD128');
+    const variant = WebAssembly.validate(relaxed)
+      ? 'relaxed-simd'
+      : WebAssembly.validate(simd)
+        ? 'simd'
+        : undefined;
+    if (!variant) throw new Error('this runtime does not support WebAssembly SIMD128');
+    const bytes = variant === 'relaxed-simd' ? relaxed : simd;
+    try {
+      compiled = new WebAssembly.Module(bytes);
+      wasmVariant = variant;
+    } catch (err) {
+      // An engine may refuse synchronous compilation (some limit it on a browser's main thread):
+      // compile in the background and use the JS kernel until it is ready.
+      void WebAssembly.compile(bytes).then((module) => {
+        compiled = module;
+        wasmVariant = variant;
+        wasmUnavailable = '';
+      });
+      throw err;
     }
   } catch (err) {
     wasmVariant = undefined;
