@@ -3,7 +3,7 @@
 // needs neither the forward's output nor its log-sum-exp), so it depends on nothing but the problem.
 // Arrays may be Float32Array or Float64Array: the gradient checks run these same loops in float64.
 
-import type { AttentionProblem } from './types.js';
+import { type AttentionProblem, visibleRange } from './types.js';
 
 /** Float storage the backward kernels read and write: float32 for training, float64 for gradient checks. */
 export type Floats = Float32Array | Float64Array;
@@ -40,7 +40,7 @@ export interface AttentionGrads {
  * A fully blocked row has P = 0, so it contributes nothing (zero gradients, never NaN).
  */
 export function referenceBackward(p: BackwardProblem, inputs: BackwardInputs, grads: AttentionGrads): void {
-  const { B, Hq, Hkv, L, S, E, Ev, q, k, v, scale, mask, bias, shift, left, right } = p;
+  const { B, Hq, Hkv, L, S, E, Ev, q, k, v, scale, mask, bias } = p;
   const { dOut } = inputs;
   const { dq, dk, dv, dbias } = grads;
   const group = Hq / Hkv;
@@ -60,9 +60,7 @@ export function referenceBackward(p: BackwardProblem, inputs: BackwardInputs, gr
         const row = (b * Hq + h) * L + i;
         const qBase = row * E;
         const oBase = row * Ev;
-        const pos = i + shift;
-        const lo = Math.max(0, pos - left);
-        const hi = Math.min(S - 1, pos + right);
+        const [lo, hi] = visibleRange(p, i); // window / causal, as the forward
 
         // Pass 1: scores of visible keys (−Infinity for blocked ones) and the row max, as the forward.
         let max = Number.NEGATIVE_INFINITY;

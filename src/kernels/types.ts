@@ -96,7 +96,10 @@ export function forwardAll(
 }
 
 /** First and last key visible to query i under the causal/window rule (hi < lo when none is). */
-export function visibleRange(p: AttentionProblem, i: number): [number, number] {
+export function visibleRange(
+  p: Pick<AttentionProblem, 'S' | 'shift' | 'left' | 'right'>,
+  i: number,
+): [number, number] {
   const pos = i + p.shift;
   return [Math.max(0, pos - p.left), Math.min(p.S - 1, pos + p.right)];
 }
