@@ -268,3 +268,24 @@ describe('flash-style backward equals the reference backward', () => {
     );
   });
 });
+
+it('the default backward stays exact for large logits (its forward takes a float64 log-sum-exp)', () => {
+  const q = Tensor.randn([1, 2, 40, 16], { seed: 1 });
+  const k = Tensor.randn([1, 2, 40, 16], { seed: 2 });
+  const v = Tensor.randn([1, 2, 40, 16], { seed: 3 });
+  const dOut = Tensor.randn([1, 2, 40, 16], { seed: 4 });
+  for (const scale of [300, 3000]) {
+    const want = attentionBackward(q, k, v, dOut, { scale, kernel: 'reference' });
+    const got = attentionBackward(q, k, v, dOut, { scale });
+    for (const name of ['dq', 'dk', 'dv'] as const) {
+      let worst = 0;
+      for (let i = 0; i < want[name].data.length; i++) {
+        worst = Math.max(
+          worst,
+          Math.abs(got[name].data[i] - want[name].data[i]) / (1 + Math.abs(want[name].data[i])),
+        );
+      }
+      expect(worst, `${name} at scale ${scale}`).toBeLessThan(1e-4);
+    }
+  }
+});

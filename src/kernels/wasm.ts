@@ -349,8 +349,13 @@ function float32Of(p: AttentionProblem): AttentionProblem {
 export const wasmKernel: AttentionKernel = {
   name: 'wasm',
   float16: true,
-  supports(): true | string {
-    return probeWasm() ? true : `WebAssembly SIMD is unavailable: ${wasmUnavailable}`;
+  supports(_p: AttentionProblem, outputs: AttentionOutputs): true | string {
+    if (!probeWasm()) return `WebAssembly SIMD is unavailable: ${wasmUnavailable}`;
+    // A float64 log-sum-exp is asked for by backward passes, which recompute exp(s − lse) from float64
+    // scores: this kernel's float32 scores would not match it for large logits.
+    if (outputs.lse instanceof Float64Array)
+      return 'it computes scores in float32; a float64 log-sum-exp needs the flash kernel';
+    return true;
   },
   forwardRows(p: AttentionProblem, outputs: AttentionOutputs, bh: number, i0: number, i1: number): void {
     if (!compiled && !probeWasm()) throw new Error(`wasm kernel: ${wasmUnavailable}`);
