@@ -554,3 +554,21 @@ describe('layer errors name the caller’s own shapes', () => {
     expect(() => scaledDotProductAttention(q, q, q, { scale: '2' as never })).toThrow(/got "2" \(string\)/);
   });
 });
+
+describe('MultiHeadAttention parameters are checked when set', () => {
+  it('a wrong shape or a bias on a bias-free layer throws, naming the parameter and shapes', () => {
+    const mha = new MultiHeadAttention({ embedDim: 8, numHeads: 2, seed: 0 });
+    expect(() => {
+      mha.qProjWeight = Tensor.zeros([4, 8]);
+    }).toThrow('MultiHeadAttention.qProjWeight: expected a float32 Tensor of shape [8,8], got float32 [4,8]');
+    expect(() => {
+      mha.inProjBias = Tensor.zeros([3]);
+    }).toThrow(/inProjBias: expected a float32 Tensor of shape \[24\]/);
+    const plain = new MultiHeadAttention({ embedDim: 8, numHeads: 2, bias: false, seed: 0 });
+    expect(() => {
+      plain.outProjBias = Tensor.zeros([8]);
+    }).toThrow(/outProjBias: this layer was built with bias: false/);
+    mha.qProjWeight = Tensor.zeros([8, 8]); // the right shape is accepted
+    expect(mha.qProjWeight.data.every((x) => x === 0)).toBe(true);
+  });
+});

@@ -41,6 +41,18 @@ export interface MultiHeadForwardResult {
 }
 
 const CTOR = 'MultiHeadAttention';
+
+type ParamName =
+  | 'qProjWeight'
+  | 'kProjWeight'
+  | 'vProjWeight'
+  | 'inProjBias'
+  | 'outProjWeight'
+  | 'outProjBias';
+
+function sameShape(a: readonly number[], b: readonly number[]): boolean {
+  return a.length === b.length && a.every((d, i) => d === b[i]);
+}
 const FORWARD = 'MultiHeadAttention.forward';
 
 /**
@@ -61,18 +73,86 @@ export class MultiHeadAttention {
   readonly vdim: number;
   readonly hasBias: boolean;
 
+  // The parameters, behind setters that check shapes: a wrong shape would make the projections read past
+  // the end of their arrays (NaN, no error).
+  #params: Record<ParamName, Tensor | undefined> = {
+    qProjWeight: undefined,
+    kProjWeight: undefined,
+    vProjWeight: undefined,
+    inProjBias: undefined,
+    outProjWeight: undefined,
+    outProjBias: undefined,
+  };
+
   /** [D, D] */
-  qProjWeight: Tensor;
+  get qProjWeight(): Tensor {
+    return this.#params.qProjWeight!;
+  }
+  set qProjWeight(t: Tensor) {
+    this.#set('qProjWeight', t);
+  }
   /** [Hkv·hd, kdim] */
-  kProjWeight: Tensor;
+  get kProjWeight(): Tensor {
+    return this.#params.kProjWeight!;
+  }
+  set kProjWeight(t: Tensor) {
+    this.#set('kProjWeight', t);
+  }
   /** [Hkv·hd, vdim] */
-  vProjWeight: Tensor;
-  /** [D + 2·Hkv·hd]: the q, k and v biases, packed as PyTorch's in_proj_bias. */
-  inProjBias: Tensor | undefined;
+  get vProjWeight(): Tensor {
+    return this.#params.vProjWeight!;
+  }
+  set vProjWeight(t: Tensor) {
+    this.#set('vProjWeight', t);
+  }
+  /** [D + 2·Hkv·hd]: the q, k and v biases, packed as PyTorch's in_proj_bias (undefined without bias). */
+  get inProjBias(): Tensor | undefined {
+    return this.#params.inProjBias;
+  }
+  set inProjBias(t: Tensor | undefined) {
+    this.#set('inProjBias', t);
+  }
   /** [D, D] */
-  outProjWeight: Tensor;
-  /** [D] */
-  outProjBias: Tensor | undefined;
+  get outProjWeight(): Tensor {
+    return this.#params.outProjWeight!;
+  }
+  set outProjWeight(t: Tensor) {
+    this.#set('outProjWeight', t);
+  }
+  /** [D] (undefined without bias) */
+  get outProjBias(): Tensor | undefined {
+    return this.#params.outProjBias;
+  }
+  set outProjBias(t: Tensor | undefined) {
+    this.#set('outProjBias', t);
+  }
+
+  /** The shape each parameter must have (undefined: the layer has no such parameter). */
+  #shapeOf(name: ParamName): number[] | undefined {
+    const { embedDim: D, kdim, vdim } = this;
+    const kv = this.numKvHeads * this.headDim;
+    const shapes: Record<ParamName, number[] | undefined> = {
+      qProjWeight: [D, D],
+      kProjWeight: [kv, kdim],
+      vProjWeight: [kv, vdim],
+      inProjBias: this.hasBias ? [D + 2 * kv] : undefined,
+      outProjWeight: [D, D],
+      outProjBias: this.hasBias ? [D] : undefined,
+    };
+    return shapes[name];
+  }
+
+  #set(name: ParamName, t: Tensor | undefined): void {
+    const shape = this.#shapeOf(name);
+    const fn = `MultiHeadAttention.${name}`;
+    if (shape === undefined) {
+      if (t !== undefined) throw new RangeError(`${fn}: this layer was built with bias: false`);
+    } else if (!(t instanceof Tensor) || t.dtype !== 'float32' || !sameShape(t.shape, shape)) {
+      const got = t instanceof Tensor ? `${t.dtype} ${formatShape(t.shape)}` : String(t);
+      throw new RangeError(`${fn}: expected a float32 Tensor of shape ${formatShape(shape)}, got ${got}`);
+    }
+    this.#params[name] = t;
+  }
 
   constructor(options: MultiHeadAttentionOptions) {
     checkOptionNames(CTOR, options, [
