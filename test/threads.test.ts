@@ -92,6 +92,19 @@ describe('scaledDotProductAttentionAsync', () => {
   });
 });
 
+it('terminating the workers rejects a call in flight, and the next call works', async () => {
+  const q = Tensor.randn([1, 8, 1024, 64], { seed: 6 });
+  const pending = scaledDotProductAttentionAsync(q, q, q, { threads: 2 });
+  await new Promise((r) => setTimeout(r, 5)); // let the job reach the workers
+  qkv.terminateWorkers();
+  await expect(pending).rejects.toThrow(
+    /scaledDotProductAttentionAsync: the attention workers were terminated/,
+  );
+  const small = Tensor.randn([1, 2, 256, 32], { seed: 7 });
+  const out = await scaledDotProductAttentionAsync(small, small, small, { threads: 2 });
+  expectAllClose(out, scaledDotProductAttention(small, small, small), { atol: 1e-5, rtol: 1e-4 });
+});
+
 it('a Node process that used the pool exits on its own', () => {
   const script = `
     const { Tensor, scaledDotProductAttentionAsync } = await import(${JSON.stringify(`${dist}index.node.js`)});

@@ -105,7 +105,7 @@ export async function scaledDotProductAttentionAsync(
     throw new RangeError(`${FN}: threads must be a positive integer, got ${String(requested)}`);
   }
   const plan = planAttention(FN, q, k, v, attention);
-  const p = float32Problem(plan.problem); // workers get float32 (halves would need a second code path)
+  const p = plan.problem;
   const out = new Float32Array(sizeOf(plan.outShape));
   const flops = 4 * p.B * p.Hq * p.L * p.S * Math.max(p.E, p.Ev);
   const noShared = platform.sharedMemoryUnavailable();
@@ -119,13 +119,15 @@ export async function scaledDotProductAttentionAsync(
     return result(out, plan);
   }
 
+  // Workers get float32 (halves would need a second code path); the inline path above reads halves.
   const kernel = chooseKernel(FN, plan.kernel, p, { out });
+  const w = float32Problem(p);
   // Rows per task: at least 4 tasks per thread for balance, multiples of 32 rows, at most one head.
   const rowsPerTask = Math.min(p.L, Math.max(32, Math.ceil((p.B * p.Hq * p.L) / (threads * 4) / 32) * 32));
   const tasks = p.B * p.Hq * Math.ceil(p.L / rowsPerTask);
 
   // One shared buffer: task counter | q | k | v | mask | bias | out.
-  const arrays = [p.q, p.k, p.v, p.mask?.data, p.bias?.data];
+  const arrays = [w.q, w.k, w.v, p.mask?.data, p.bias?.data];
   let bytes = 16;
   const spans: (Span | undefined)[] = arrays.map((a) => {
     if (!a) return undefined;
@@ -136,7 +138,9 @@ export async function scaledDotProductAttentionAsync(
   const outSpan = { offset: bytes, length: out.length };
   bytes += out.length * 4;
   const buffer = takeBuffer(bytes);
-  new Int32Array(buffer, 0, 1)[0] = 0; // the task counter
+  const header = new Int32Array(buffer, 0, 2); // [task counter, cancelled]
+  header[0] = 0;
+  header[1] = 0;
   arrays.forEach((a, n) => {
     if (a) new Float32Array(buffer, spans[n]!.offset, a.length).set(a);
   });
@@ -167,9 +171,12 @@ export async function scaledDotProductAttentionAsync(
   };
   try {
     await getPool().run(job, Math.min(threads, tasks));
-    out.set(new Float32Array(buffer, outSpan.offset, out.length));
-  } finally {
-    releaseBuffer(buffer);
+  } catch (err) {
+    // Stop the other workers' remaining tasks; the buffer is not reused, as they may still write to it.
+    Atomics.store(header, 1, 1);
+    throw new Error(`${FN}: ${(err as Error).message}`);
   }
+  out.set(new Float32Array(buffer, outSpan.offset, out.length));
+  releaseBuffer(buffer);
   return result(out, plan);
 }

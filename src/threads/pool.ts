@@ -49,9 +49,10 @@ export class Pool {
     const worker = this.platform.createWorker();
     worker.onMessage((message) => this.settle(message));
     worker.onError((error) => {
-      // The worker is gone: fail whatever it was part of and forget it.
+      // The worker is gone: fail whatever it was part of and forget it (unless terminate() let it go).
       const at = this.workers.indexOf(worker);
-      if (at !== -1) this.workers.splice(at, 1);
+      if (at === -1) return;
+      this.workers.splice(at, 1);
       for (const [id, p] of this.pending) this.fail(id, p, error);
     });
     worker.unref();
@@ -93,8 +94,10 @@ export class Pool {
     });
   }
 
-  /** Stops every worker (the pool can be used again; it spawns new ones). */
+  /** Stops every worker and rejects the calls still running (the pool can be used again). */
   terminate(): void {
-    for (const w of this.workers.splice(0)) w.terminate();
+    const workers = this.workers.splice(0);
+    for (const [id, p] of this.pending) this.fail(id, p, new Error('the attention workers were terminated'));
+    for (const w of workers) w.terminate();
   }
 }

@@ -15,7 +15,7 @@ export interface Span {
 export interface Job {
   kernel: string;
   buffer: SharedArrayBuffer;
-  /** Int32 task counter at byte 0 of `buffer`. */
+  /** Int32 task counter at byte 0 of `buffer`; Int32 "cancelled" flag at byte 4 (nonzero: stop). */
   tasks: number;
   /** Query rows per task. */
   rowsPerTask: number;

@@ -11,11 +11,12 @@ export function handleMessage(message: ToWorker, reply: (m: FromWorker) => void)
     const kernel = kernelByName(job.kernel);
     if (!kernel) throw new Error(`unknown kernel '${job.kernel}'`);
     const { problem, out, lse } = problemOf(job);
-    const counter = new Int32Array(job.buffer, 0, 1);
+    const header = new Int32Array(job.buffer, 0, 2); // [task counter, cancelled]
     const { L } = problem;
     const blocksPerHead = Math.ceil(L / job.rowsPerTask);
     for (;;) {
-      const task = Atomics.add(counter, 0, 1);
+      if (Atomics.load(header, 1) !== 0) break; // another worker failed: the call is over
+      const task = Atomics.add(header, 0, 1);
       if (task >= job.tasks) break;
       const bh = Math.floor(task / blocksPerHead);
       const i0 = (task % blocksPerHead) * job.rowsPerTask;
