@@ -63,3 +63,29 @@ it('the instrumentation sees an L×S allocation when one is made', () => {
   scaledDotProductAttention(x, x, x, { kernel: 'reference' }); // one [S] row at a time
   expect(largest).toBeLessThan((n * n) / 8);
 });
+
+it('after a call that grew WASM memory past 64 MB, that memory is freed', async () => {
+  const { spawnSync } = await import('node:child_process');
+  const { fileURLToPath } = await import('node:url');
+  const dist = fileURLToPath(new URL('../dist/index.js', import.meta.url));
+  const script = `
+    const { scaledDotProductAttention, Tensor } = await import(${JSON.stringify(dist)});
+    const { wasmMemoryBytes } = await import(${JSON.stringify(dist.replace(/index\.js$/, 'kernels/wasm.js'))});
+    const mb = () => process.memoryUsage().arrayBuffers / 1048576;
+    const base = mb();
+    (() => {
+      const q = Tensor.randn([1, 4, 2048, 32], { seed: 1 });
+      const mask = Tensor.full([1, 4, 2048, 2048], 1); // 64 MB, copied into WASM memory by the kernel
+      scaledDotProductAttention(q, q, q, { mask });
+    })();
+    for (let i = 0; i < 3; i++) { globalThis.gc(); await new Promise((r) => setTimeout(r, 20)); }
+    console.log(JSON.stringify({ kept: mb() - base, wasm: wasmMemoryBytes() }));
+  `;
+  const run = spawnSync(process.execPath, ['--expose-gc', '--input-type=module', '-e', script], {
+    encoding: 'utf8',
+  });
+  expect(run.stderr).toBe('');
+  const { kept, wasm } = JSON.parse(run.stdout);
+  expect(kept).toBeLessThan(16); // the caller's mask is not kept alive by the kernel
+  expect(wasm).toBe(0); // the kernel dropped its grown instance (WASM memory cannot shrink)
+});

@@ -71,6 +71,8 @@ export interface AttentionKernel {
   readonly float16?: boolean;
   supports(problem: AttentionProblem, outputs: AttentionOutputs): true | string;
   forwardRows(problem: AttentionProblem, outputs: AttentionOutputs, bh: number, i0: number, i1: number): void;
+  /** Called once a call's rows are all done: a kernel may free what it kept for the call. */
+  release?(): void;
 }
 
 /** The problem with float32 q, k, v: itself, or a copy with its float16 inputs widened. */
@@ -93,6 +95,7 @@ export function forwardAll(
 ): void {
   const pairs = problem.B * problem.Hq;
   for (let bh = 0; bh < pairs; bh++) kernel.forwardRows(problem, outputs, bh, 0, problem.L);
+  kernel.release?.();
 }
 
 /** First and last key visible to query i under the causal/window rule (hi < lo when none is). */

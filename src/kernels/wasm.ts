@@ -115,7 +115,8 @@ const pad = (n: number, m: number) => Math.ceil(n / m) * m;
 class Instance {
   readonly exports: KernelExports;
   private f32: Float32Array;
-  private problem: AttentionProblem | undefined; // mask/bias of this problem are in memory
+  // Whose mask/bias are in memory; weak, so a finished call's tensors are not kept alive.
+  private problem: WeakRef<AttentionProblem> | undefined;
   private kvKey = ''; // which (problem, b, hk, s0, s1) K and V in memory belong to
   private maskPtr = 0;
   private biasPtr = 0;
@@ -171,9 +172,9 @@ class Instance {
     const stagePtr = tilePtr + 4 * pad(COL_BLOCK, 8) * 4; // keys as copied, [kvCols, E], before transposing
     this.ensure(stagePtr + kvCols * E * 4);
     this.stagePtr = stagePtr;
-    if (this.problem !== p) {
+    if (this.problem?.deref() !== p) {
       // Masks and biases are copied as given (broadcast axes stay size 1), once per call.
-      this.problem = p;
+      this.problem = new WeakRef(p);
       this.kvKey = '';
       this.maskPtr = base;
       this.biasPtr = base + maskBytes;
@@ -332,6 +333,14 @@ class Instance {
 
 let instance: Instance | undefined;
 
+/** WASM memory cannot shrink: after a call that grew it past this, the instance is dropped (and freed). */
+const KEEP_BYTES = 64 << 20;
+
+/** Bytes of WASM memory this thread's kernel instance holds (0 when it has none); for tests and tools. */
+export function wasmMemoryBytes(): number {
+  return instance ? instance.exports.memory.buffer.byteLength : 0;
+}
+
 const widenedProblems = new WeakMap<AttentionProblem, AttentionProblem>();
 
 /** The problem with float32 q, k, v, made once per problem (for the weights pass on float16 inputs). */
@@ -356,6 +365,9 @@ export const wasmKernel: AttentionKernel = {
     if (outputs.lse instanceof Float64Array)
       return 'it computes scores in float32; a float64 log-sum-exp needs the flash kernel';
     return true;
+  },
+  release(): void {
+    if (instance && instance.exports.memory.buffer.byteLength > KEEP_BYTES) instance = undefined;
   },
   forwardRows(p: AttentionProblem, outputs: AttentionOutputs, bh: number, i0: number, i1: number): void {
     if (!compiled && !probeWasm()) throw new Error(`wasm kernel: ${wasmUnavailable}`);

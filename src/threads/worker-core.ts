@@ -22,6 +22,7 @@ export function handleMessage(message: ToWorker, reply: (m: FromWorker) => void)
       const i0 = (task % blocksPerHead) * job.rowsPerTask;
       kernel.forwardRows(problem, { out, lse }, bh, i0, Math.min(L, i0 + job.rowsPerTask));
     }
+    kernel.release?.();
     reply({ type: 'done', id });
   } catch (err) {
     reply({ type: 'error', id, message: err instanceof Error ? err.message : String(err) });
