@@ -98,7 +98,8 @@ export class Tensor<D extends DType = 'float32'> {
     }
     const data = new Float32Array(sizeOf(shape));
     let offset = 0;
-    const fill = (node: NestedArray, depth: number, path: number[]): void => {
+    const path: number[] = []; // indices of the node being filled: one mutable stack, read only for errors
+    const fill = (node: NestedArray, depth: number): void => {
       if (depth === shape.length) {
         if (typeof node !== 'number') {
           throw new TypeError(
@@ -114,9 +115,13 @@ export class Tensor<D extends DType = 'float32'> {
           `Tensor.from: ragged array: at [${path.join(',')}] expected an array of length ${shape[depth]} (shape ${formatShape(shape)}), got ${got}`,
         );
       }
-      for (let i = 0; i < node.length; i++) fill(node[i] as NestedArray, depth + 1, [...path, i]);
+      for (let i = 0; i < node.length; i++) {
+        path.push(i);
+        fill(node[i] as NestedArray, depth + 1);
+        path.pop();
+      }
     };
-    fill(values, 0, []);
+    fill(values, 0);
     return new Tensor(data, shape);
   }
 

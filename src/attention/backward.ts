@@ -3,9 +3,9 @@
 // options), runs the forward once for the output and log-sum-exp, then the flash-style backward unless the
 // reference kernel is asked for (kernel: 'reference' recomputes everything row by row from q and k).
 
-import { halfToFloat32 } from '../float16.js';
 import { type AttentionGrads, referenceBackward } from '../kernels/backward.js';
 import { flashBackward } from '../kernels/backward-flash.js';
+import { float32Problem } from '../kernels/types.js';
 import { formatShape, sizeOf } from '../shape.js';
 import { Tensor, type TensorLike, toTensor } from '../tensor.js';
 import { type AttentionInput, type AttentionOptions, planAttention } from './plan.js';
@@ -64,16 +64,7 @@ export function attentionBackward(
   const biasT = options.bias === undefined ? undefined : toTensor(options.bias, FN, 'bias');
 
   // Float16 inputs arrive as bits in problem.half: the backward reads float32, so widen them once.
-  const half = plan.problem.half;
-  const problem = half
-    ? {
-        ...plan.problem,
-        q: halfToFloat32(half.q),
-        k: halfToFloat32(half.k),
-        v: halfToFloat32(half.v),
-        half: undefined,
-      }
-    : plan.problem;
+  const problem = float32Problem(plan.problem);
   const grads: AttentionGrads = {
     dq: new Float32Array(sizeOf(qShape)),
     dk: new Float32Array(sizeOf(kShape)),

@@ -4,6 +4,7 @@
 // bytes actually present before anything is allocated, so a hostile file fails with a SafetensorsError
 // (never a crash, a hang or a huge allocation). Pure: no node:*, so the browser can read checkpoints too.
 
+import { fromHalfBits } from '../float16.js';
 import { Tensor } from '../tensor.js';
 
 /** A malformed or unsupported safetensors file; the message says what is wrong and where. */
@@ -210,7 +211,7 @@ function readFloats(bytes: Uint8Array, at: number, length: number, dtype: string
   const out = new Float32Array(length / 2);
   for (let i = 0; i < out.length; i++) {
     const h = view.getUint16(2 * i, true);
-    out[i] = dtype === 'BF16' ? bf16(h) : f16(h);
+    out[i] = dtype === 'BF16' ? bf16(h) : fromHalfBits(h);
   }
   return out;
 }
@@ -225,11 +226,3 @@ function bf16(h: number): number {
 }
 
 /** IEEE half precision: 1 sign, 5 exponent, 10 mantissa bits. */
-function f16(h: number): number {
-  const sign = h & 0x8000 ? -1 : 1;
-  const exp = (h >> 10) & 0x1f;
-  const frac = h & 0x3ff;
-  if (exp === 0) return sign * frac * 2 ** -24; // subnormal
-  if (exp === 31) return frac ? Number.NaN : sign * Number.POSITIVE_INFINITY;
-  return sign * (1 + frac / 1024) * 2 ** (exp - 15);
-}

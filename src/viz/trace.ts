@@ -1,9 +1,9 @@
 // Runs an AttentionStack over tokens and keeps what the playground shows: every head's weights in every
 // layer, and for one focused head every intermediate (X, Q, K, V, Q·Kᵀ, ÷√d_k, mask, softmax, ·V).
-// One decision to know: the softmax and ·V come from qkv's attentionWeights / scaledDotProductAttention;
+// One decision to know: the softmax and ·V come from qkv's own attention (attendWithWeights: both in one pass);
 // only the projections and the displayed pre-softmax matrices are computed here (float64 sums).
 
-import { attentionWeights, scaledDotProductAttention } from '../attention/sdpa.js';
+import { attendWithWeights } from '../attention/sdpa.js';
 import { sinusoidalPositionalEncoding } from '../position/sinusoidal.js';
 import { Tensor } from '../tensor.js';
 import type { AttentionStack, StackLayer } from './stack.js';
@@ -171,8 +171,7 @@ export function traceStack(
     const q = splitHeads(qFlat, H); // [1, H, L, dK]
     const k = splitHeads(kFlat, H);
     const v = splitHeads(vFlat, H); // [1, H, L, dV]
-    const w = attentionWeights(q, k, attnOptions); // [1, H, L, L]
-    const out = scaledDotProductAttention(q, k, v, attnOptions); // [1, H, L, dV]
+    const { weights: w, output: out } = attendWithWeights('traceStack', q, k, v, attnOptions); // [1, H, L, L], [1, H, L, dV]
     weights.push(w.reshape([H, L, L]));
     if (l === focus.layer) steps = headSteps(l, focus.head);
     const h = add(x, linear(mergeHeads(out), layer.wo, layer.bo));
