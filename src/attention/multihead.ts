@@ -271,6 +271,9 @@ export class MultiHeadAttention {
     const vh = new Tensor(swapMiddle(vp, B, S, Hkv, hd), [B, Hkv, S, hd]);
 
     const { needWeights = false, ...attention } = options;
+    // Convert nested-array masks and biases once, here, rather than in both checks below.
+    if (attention.mask !== undefined) attention.mask = toTensor(attention.mask, FORWARD, 'mask');
+    if (attention.bias !== undefined) attention.bias = toTensor(attention.bias, FORWARD, 'bias');
     const target = batched ? [B, H, L, S] : [H, L, S];
     const targetName = batched ? '[B, H, L, S]' : '[H, L, S]';
     checkBroadcast(FORWARD, 'mask', attention.mask, target, targetName, shapes);
