@@ -5,10 +5,11 @@
 // (FlashAttention-2, arXiv:2307.08691) in memory between calls. Everything is f32; pointers are bytes.
 //
 // Layouts (all f32, row-major, padded by the caller):
-//   q     [rowsPad, E]      query rows of the chunk, times scale·log2 e (scores in log2 units); rowsPad ÷ 4
+//   q     [rowsPad/4, E, 4, 4]  query rows of the chunk, times scale·log2 e (scores in log2 units), in
+//                           groups of 4 rows with every element broadcast to 4 lanes (see packQ)
 //   kt    [E, ldk]          keys of the chunk, transposed; ldk is a multiple of 8 (pad columns are 0)
 //   v     [ldk, EvPad]      values of the chunk; EvPad is a multiple of 8 (pad entries are 0)
-//   tile  [4, colsPad]      scratch: scores, then probabilities, of 4 rows
+//   tile  [4, TILE_LD]      scratch: scores, then probabilities, of 4 rows
 //   m, l  [rowsPad]         running max (log2 units) and running sum of 2^(s − m) per row
 //   acc   [rowsPad, EvPad]  running Σ p·v, unnormalised
 
@@ -35,18 +36,32 @@ function exp2x4(x: v128): v128 {
   const r = f32x4.sub(x, f32x4.sub(shifted, magic)); // x − round(x), exact
   // 2^r by a degree-5 polynomial fitted here for minimum relative error on [−½, ½] (Lawson's
   // weighted least squares): at most 1.6e-7 with these float32 coefficients.
-  let p = f32x4.splat(1.3276471e-3);
-  p = madd(p, r, f32x4.splat(9.6755410e-3));
-  p = madd(p, r, f32x4.splat(5.5507131e-2));
-  p = madd(p, r, f32x4.splat(2.4022120e-1));
-  p = madd(p, r, f32x4.splat(6.9314694e-1));
-  p = madd(p, r, f32x4.splat(1.0000001));
+  // Estrin's scheme rather than Horner's: two more multiplies, but a dependency chain half as long,
+  // which is what bounds this loop (the exps of a row are independent; their latency is not hidden).
+  const r2 = f32x4.mul(r, r);
+  const a = madd(f32x4.splat(6.9314694e-1), r, f32x4.splat(1.0000001));
+  const b = madd(f32x4.splat(5.5507131e-2), r, f32x4.splat(2.4022120e-1));
+  const c = madd(f32x4.splat(1.3276471e-3), r, f32x4.splat(9.6755410e-3));
+  const r4 = f32x4.mul(r2, r2);
+  const p = madd(r4, c, madd(r2, b, a));
   // 2^n: the integer sits in the low mantissa bits of `shifted` (as n + 0x400000); move it to the exponent.
   const scaleBits = i32x4.shl(i32x4.add(shifted, i32x4.splat(127 - 0x400000)), 23);
   return f32x4.mul(p, scaleBits);
 }
 
 const LOG2E: f32 = 1.4426950408889634;
+
+// The score tile's row stride is a constant so that its 4 rows are addressed by immediate offsets
+// (a variable stride costs an address computation per load in the P·V loop); attend calls take at
+// most TILE_COLS columns. 520 rather than 512 keeps the rows off a power-of-two stride.
+const TILE_COLS = 512;
+const TILE_LD = 520;
+const TILE_BYTES: usize = TILE_LD * 4;
+
+/** Bytes the caller must reserve for `attend`'s score tile. */
+export function tileBytes(): i32 {
+  return 4 * TILE_LD * 4;
+}
 
 /** First byte the caller may use: everything below belongs to the module's static data. */
 export function heapBase(): usize {
@@ -78,10 +93,10 @@ export function attend(
   i0: i32, j0: i32, shift: i32, left: i32, right: i32, band: i32,
   mask: usize, maskSl: i32, maskSs: i32, bias: usize, biasSl: i32, biasSs: i32,
 ): void {
+  if (cols > TILE_COLS) unreachable();
   const rowsPad = (rows + 3) & ~3;
   const colsPad = (cols + 7) & ~7;
   const ldkBytes = <usize>ldk << 2;
-  const tileBytes = <usize>colsPad << 2; // tile row stride
   // "Clean" calls (no band rule, mask or bias, no padding columns) cannot produce −∞ scores in real
   // rows: pass 1 then also keeps each row's max, and pass 3 skips both its max loop and the −∞ test.
   const clean = band == 0 && mask == 0 && bias == 0 && cols == colsPad;
@@ -99,8 +114,7 @@ export function attend(
       cEnd = min(colsPad, (min(hi, cols - 1) + 8) & ~7);
     }
     // Pass 1: scores of 4 rows × the group's columns, 8 columns at a time: s = (q·scale)·k.
-    const q0 = q + (<usize>(r0 * E) << 2);
-    const qStride = <usize>E << 2;
+    const q0 = q + (<usize>(r0 * E) << 4); // the group's packed [E, 4, 4] block
     for (let c = cStart; c < cEnd; c += 8) {
       let a00 = f32x4.splat(0), a01 = f32x4.splat(0);
       let a10 = f32x4.splat(0), a11 = f32x4.splat(0);
@@ -111,22 +125,22 @@ export function attend(
       for (let e = 0; e < E; e++) {
         const k0 = v128.load(kp);
         const k1 = v128.load(kp, 16);
-        const x0 = v128.load32_splat(qp); // one broadcast load each
-        const x1 = v128.load32_splat(qp + qStride);
-        const x2 = v128.load32_splat(qp + 2 * qStride);
-        const x3 = v128.load32_splat(qp + 3 * qStride);
+        const x0 = v128.load(qp);
+        const x1 = v128.load(qp, 16);
+        const x2 = v128.load(qp, 32);
+        const x3 = v128.load(qp, 48);
         a00 = madd(x0, k0, a00); a01 = madd(x0, k1, a01);
         a10 = madd(x1, k0, a10); a11 = madd(x1, k1, a11);
         a20 = madd(x2, k0, a20); a21 = madd(x2, k1, a21);
         a30 = madd(x3, k0, a30); a31 = madd(x3, k1, a31);
         kp += ldkBytes;
-        qp += 4;
+        qp += 64;
       }
       const t = tile + (<usize>c << 2);
       v128.store(t, a00); v128.store(t, a01, 16);
-      v128.store(t + tileBytes, a10); v128.store(t + tileBytes, a11, 16);
-      v128.store(t + 2 * tileBytes, a20); v128.store(t + 2 * tileBytes, a21, 16);
-      v128.store(t + 3 * tileBytes, a30); v128.store(t + 3 * tileBytes, a31, 16);
+      v128.store(t, a10, TILE_BYTES); v128.store(t, a11, TILE_BYTES + 16);
+      v128.store(t, a20, 2 * TILE_BYTES); v128.store(t, a21, 2 * TILE_BYTES + 16);
+      v128.store(t, a30, 3 * TILE_BYTES); v128.store(t, a31, 3 * TILE_BYTES + 16);
       if (clean) {
         rmax0 = f32x4.pmax(rmax0, f32x4.pmax(a00, a01));
         rmax1 = f32x4.pmax(rmax1, f32x4.pmax(a10, a11));
@@ -138,7 +152,7 @@ export function attend(
     // Pass 2 (scalar, only where needed): band rule, mask, bias; padding columns are always blocked.
     for (let rr = 0; rr < 4; rr++) {
       const row = r0 + rr;
-      const t = tile + <usize>rr * tileBytes;
+      const t = tile + <usize>rr * TILE_BYTES;
       if (row >= rows) {
         for (let c = cStart; c < cEnd; c++) store<f32>(t + (<usize>c << 2), NEG_INF);
         continue;
@@ -173,7 +187,7 @@ export function attend(
     // Pass 3: online softmax per row: new max, rescale l and acc, p = exp(s − m) (0 where blocked).
     for (let rr = 0; rr < 4; rr++) {
       const row = r0 + rr;
-      const t = tile + <usize>rr * tileBytes;
+      const t = tile + <usize>rr * TILE_BYTES;
       const mp = m + (<usize>row << 2);
       // pmax (one instruction) skips NaN scores. A NaN among finite scores still reaches the output
       // through exp; a row of only NaN (and −∞) scores is caught below, where its max is −∞.
@@ -249,9 +263,9 @@ export function attend(
         const v0 = v128.load(vp);
         const v1 = v128.load(vp, 16);
         const p0 = v128.load32_splat(tp);
-        const p1 = v128.load32_splat(tp + tileBytes);
-        const p2 = v128.load32_splat(tp + 2 * tileBytes);
-        const p3 = v128.load32_splat(tp + 3 * tileBytes);
+        const p1 = v128.load32_splat(tp, TILE_BYTES);
+        const p2 = v128.load32_splat(tp, 2 * TILE_BYTES);
+        const p3 = v128.load32_splat(tp, 3 * TILE_BYTES);
         a00 = madd(p0, v0, a00); a01 = madd(p0, v1, a01);
         a10 = madd(p1, v0, a10); a11 = madd(p1, v1, a11);
         a20 = madd(p2, v0, a20); a21 = madd(p2, v1, a21);
@@ -278,17 +292,34 @@ export function finish(out: usize, m: usize, l: usize, acc: usize, rows: i32, Ev
   }
 }
 
-/** x[0..n) *= s in place (the query rows, by the attention scale). */
-export function scaleInPlace(x: usize, n: i32, s: f32): void {
+/**
+ * Query rows [rows, E] (row-major, as copied from q) → `attend`'s layout, times s: groups of 4 rows,
+ * each [E, 4, 4] with every element broadcast to 4 lanes (element (r, e) of group g at 16·(4gE + 4e + r)),
+ * so pass 1 reads its 4 query operands with plain loads. Rows past `rows` (up to a multiple of 4) are 0.
+ */
+export function packQ(src: usize, rows: i32, E: i32, dst: usize, s: f32): void {
+  const rowsPad = (rows + 3) & ~3;
   const vs = f32x4.splat(s);
-  let i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const p = x + (<usize>i << 2);
-    v128.store(p, f32x4.mul(v128.load(p), vs));
-  }
-  for (; i < n; i++) {
-    const p = x + (<usize>i << 2);
-    store<f32>(p, load<f32>(p) * s);
+  for (let g = 0; g < rowsPad; g += 4) {
+    const d = dst + (<usize>(g * E) << 4);
+    for (let rr = 0; rr < 4; rr++) {
+      const row = g + rr;
+      const from = src + (<usize>(row * E) << 2);
+      let e = 0;
+      if (row >= rows) {
+        for (; e < E; e++) v128.store(d + (<usize>(e * 4 + rr) << 4), f32x4.splat(0));
+        continue;
+      }
+      for (; e + 4 <= E; e += 4) {
+        const x = f32x4.mul(v128.load(from + (<usize>e << 2)), vs);
+        const o = d + (<usize>(e * 4 + rr) << 4);
+        v128.store(o, i32x4.shuffle(x, x, 0, 0, 0, 0));
+        v128.store(o, i32x4.shuffle(x, x, 1, 1, 1, 1), 64);
+        v128.store(o, i32x4.shuffle(x, x, 2, 2, 2, 2), 128);
+        v128.store(o, i32x4.shuffle(x, x, 3, 3, 3, 3), 192);
+      }
+      for (; e < E; e++) v128.store(d + (<usize>(e * 4 + rr) << 4), f32x4.splat(load<f32>(from + (<usize>e << 2)) * s));
+    }
   }
 }
 
@@ -297,18 +328,42 @@ export function scaleInPlace(x: usize, n: i32, s: f32): void {
  * block − 1 as [E, ld] (ld ≥ block; the unused tail of each row is zeroed).
  */
 export function transposeK(src: usize, cols: i32, E: i32, dst: usize, block: i32, ld: i32): void {
+  const step = <usize>E << 2; // bytes from one key to the next in src
   for (let c0 = 0; c0 < cols; c0 += block) {
     const n = min(block, cols - c0);
     const panel = dst + (<usize>(c0 / block) * <usize>E * <usize>ld << 2);
-    for (let e = 0; e < E; e++) {
-      const row = panel + (<usize>(e * ld) << 2);
-      let from = src + (<usize>(c0 * E + e) << 2);
-      const step = <usize>E << 2;
-      for (let c = 0; c < n; c++) {
-        store<f32>(row + (<usize>c << 2), load<f32>(from));
-        from += step;
+    const ldBytes = <usize>ld << 2;
+    let c = 0;
+    // 4 keys × 4 dimensions at a time: load 4 key rows, transpose the 4×4 block with shuffles.
+    for (; c + 4 <= n; c += 4) {
+      const from = src + <usize>(c0 + c) * step;
+      let e = 0;
+      for (; e + 4 <= E; e += 4) {
+        const p = from + (<usize>e << 2);
+        const r0 = v128.load(p);
+        const r1 = v128.load(p + step);
+        const r2 = v128.load(p + 2 * step);
+        const r3 = v128.load(p + 3 * step);
+        const t0 = i32x4.shuffle(r0, r1, 0, 4, 1, 5);
+        const t1 = i32x4.shuffle(r2, r3, 0, 4, 1, 5);
+        const t2 = i32x4.shuffle(r0, r1, 2, 6, 3, 7);
+        const t3 = i32x4.shuffle(r2, r3, 2, 6, 3, 7);
+        const o = panel + <usize>e * ldBytes + (<usize>c << 2);
+        v128.store(o, i32x4.shuffle(t0, t1, 0, 1, 4, 5));
+        v128.store(o + ldBytes, i32x4.shuffle(t0, t1, 2, 3, 6, 7));
+        v128.store(o + 2 * ldBytes, i32x4.shuffle(t2, t3, 0, 1, 4, 5));
+        v128.store(o + 3 * ldBytes, i32x4.shuffle(t2, t3, 2, 3, 6, 7));
       }
-      memory.fill(row + (<usize>n << 2), 0, <usize>(ld - n) << 2);
+      for (; e < E; e++) {
+        for (let i = 0; i < 4; i++) {
+          store<f32>(panel + <usize>e * ldBytes + (<usize>(c + i) << 2), load<f32>(from + <usize>i * step + (<usize>e << 2)));
+        }
+      }
     }
+    for (; c < n; c++) {
+      const from = src + <usize>(c0 + c) * step;
+      for (let e = 0; e < E; e++) store<f32>(panel + <usize>e * ldBytes + (<usize>c << 2), load<f32>(from + (<usize>e << 2)));
+    }
+    for (let e = 0; e < E; e++) memory.fill(panel + <usize>e * ldBytes + (<usize>n << 2), 0, <usize>(ld - n) << 2);
   }
 }

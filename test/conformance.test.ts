@@ -142,6 +142,17 @@ it('the WASM kernel streams K and V in chunks when a head exceeds its copy budge
   }
 });
 
+it('the WASM kernel splits wide heads into smaller query chunks (4 MB of packed rows each)', () => {
+  // E = 1024: a packed query row takes 16 KB, so 300 rows run as chunks of 256 and 44.
+  const q = Tensor.randn([1, 1, 300, 1024], { seed: 13 });
+  const k = Tensor.randn([1, 1, 200, 1024], { seed: 14 });
+  const v = Tensor.randn([1, 1, 200, 24], { seed: 15 });
+  for (const options of [{}, { causal: true }]) {
+    const want = scaledDotProductAttention(q, k, v, { ...options, kernel: 'reference' });
+    expectAllClose(scaledDotProductAttention(q, k, v, { ...options, kernel: 'wasm' }), want, tol);
+  }
+});
+
 it('the WASM kernel carries its state across query chunks (4096 rows each)', () => {
   const q = Tensor.randn([1, 2, 4100, 4], { seed: 10 });
   const k = Tensor.randn([1, 2, 300, 4], { seed: 11 });

@@ -45,7 +45,8 @@ interface KernelExports {
     biasSs: number,
   ): void;
   finish(out: number, m: number, l: number, acc: number, rows: number, EvPad: number): void;
-  scaleInPlace(x: number, n: number, s: number): void;
+  packQ(src: number, rows: number, E: number, dst: number, s: number): void;
+  tileBytes(): number;
   transposeK(src: number, cols: number, E: number, dst: number, block: number, ld: number): void;
 }
 
@@ -104,7 +105,8 @@ export function wasmUnavailableReason(): string {
 }
 
 const ROW_CHUNK = 4096; // query rows per chunk: their state (m, l, acc) stays in WASM memory
-const COL_BLOCK = 256; // keys per attend call: K and V blocks of 64 KB each at E = 64 stay in L2
+const Q_BUDGET = 4 << 20; // bytes of packed query rows per chunk (each element is stored 4 times)
+const COL_BLOCK = 512; // keys per attend call (≤ the module's TILE_COLS): 128 KB of K and of V at E = 64, in L2
 const PANEL_LD = COL_BLOCK + 8; // row stride of a K^T panel
 const KV_BUDGET = 8 << 20; // bytes of K and V per head copied at once; longer sequences stream
 const UNBOUNDED = 1 << 30;
@@ -149,28 +151,30 @@ class Instance {
     const h = bh % Hq;
     const hk = Math.floor(h / (Hq / Hkv));
     const EvPad = pad(Math.max(Ev, 1), 8);
-    const rowsMax = pad(Math.min(ROW_CHUNK, i1 - i0), 4);
+    const rowChunk = Math.max(4, Math.min(ROW_CHUNK, Math.floor(Q_BUDGET / (16 * E) / 4) * 4));
+    const rowsMax = pad(Math.min(rowChunk, i1 - i0), 4);
     const kvCols = Math.max(8, Math.min(pad(S, 8), pad(Math.floor(KV_BUDGET / 4 / (E + EvPad)), 8)));
-    // K^T is stored as panels of COL_BLOCK keys, [E, PANEL_LD] each, so one attend call reads 64 KB of
+    // K^T is stored as panels of COL_BLOCK keys, [E, PANEL_LD] each, so one attend call reads 128 KB of
     // contiguous memory (a [E, S] layout spreads a tile over E pages); PANEL_LD = COL_BLOCK + 8 keeps
     // its rows off a power-of-two stride, which would map them onto the same cache sets.
     const panels = Math.ceil(kvCols / COL_BLOCK);
 
     // Memory map (bytes, 16-aligned), from the module's heap base (> 0, so address 0 can mean "no
-    // mask/bias"): mask | bias | K^T [E, ldk] | V [kvCols, EvPad] | Q [rowsMax, E] | m | l |
-    // acc [rowsMax, EvPad] | tile [4, COL_BLOCK].
+    // mask/bias"): mask | bias | K^T [E, ldk] | V [kvCols, EvPad] | Q packed [rowsMax, E, 4] | m | l |
+    // acc [rowsMax, EvPad] | tile [4, TILE_LD] | stage (keys or query rows as copied).
     const base = Math.max(16, this.exports.heapBase());
     const maskBytes = mask ? pad(mask.data.length * 4, 16) : 0;
     const biasBytes = bias ? pad(bias.data.length * 4, 16) : 0;
     const ktPtr = base + maskBytes + biasBytes;
     const vPtr = ktPtr + panels * E * PANEL_LD * 4;
     const qPtr = vPtr + kvCols * EvPad * 4;
-    const mPtr = qPtr + rowsMax * E * 4;
+    const mPtr = qPtr + rowsMax * E * 16;
     const lPtr = mPtr + rowsMax * 4;
     const accPtr = lPtr + rowsMax * 4;
     const tilePtr = accPtr + rowsMax * EvPad * 4;
-    const stagePtr = tilePtr + 4 * pad(COL_BLOCK, 8) * 4; // keys as copied, [kvCols, E], before transposing
-    this.ensure(stagePtr + kvCols * E * 4);
+    // Keys or query rows as copied, before they are transposed or packed.
+    const stagePtr = tilePtr + pad(this.exports.tileBytes(), 16);
+    this.ensure(stagePtr + Math.max(kvCols, rowsMax) * E * 4);
     this.stagePtr = stagePtr;
     if (this.problem?.deref() !== p) {
       // Masks and biases are copied as given (broadcast axes stay size 1), once per call.
@@ -188,22 +192,19 @@ class Instance {
     const qScale = p.scale * Math.LOG2E;
     const right = Math.min(p.right, UNBOUNDED);
 
-    for (let r0 = i0; r0 < i1; r0 += ROW_CHUNK) {
-      const r1 = Math.min(i1, r0 + ROW_CHUNK);
+    for (let r0 = i0; r0 < i1; r0 += rowChunk) {
+      const r1 = Math.min(i1, r0 + rowChunk);
       const rows = r1 - r0;
       const rowsPad = pad(rows, 4);
-      // Q rows of this chunk, times the scale (so the module never multiplies scores), zero-padded to a
-      // multiple of 4 rows.
+      // Q rows of this chunk, times the scale (so the module never multiplies scores), packed in groups
+      // of 4 rows (zero-padded).
       const qFrom = (bh * L + r0) * E;
-      const qTo = qPtr / 4;
+      const stage = this.stagePtr / 4;
       if (half) {
         const t = halfTable();
-        for (let x = 0; x < rows * E; x++) f32[qTo + x] = t[q[qFrom + x]] * qScale;
-      } else {
-        f32.set((q as Float32Array).subarray(qFrom, qFrom + rows * E), qTo);
-        ex.scaleInPlace(qPtr, rows * E, qScale);
-      }
-      f32.fill(0, qPtr / 4 + rows * E, qPtr / 4 + rowsPad * E);
+        for (let x = 0; x < rows * E; x++) f32[stage + x] = t[q[qFrom + x]];
+      } else f32.set((q as Float32Array).subarray(qFrom, qFrom + rows * E), stage);
+      ex.packQ(this.stagePtr, rows, E, qPtr, qScale);
       ex.reset(mPtr, lPtr, accPtr, rowsPad, EvPad);
 
       const [bandLo] = visibleRange(p, r0);
