@@ -2,6 +2,9 @@
 // One decision to know: a job is plain JSON, because each one runs in its own child process (so peak RSS
 // belongs to that row alone) and reaches it through argv.
 
+/** The V8 flag that enables relaxed SIMD on Node 20 (Node ≥ 22 and Chrome have it on by default). */
+export const RELAXED_SIMD_FLAG = '--experimental-wasm-relaxed-simd';
+
 /** One attention problem: q [B, H, L, E], k and v [B, H, S, E], fp32, forward only. */
 export interface Config {
   B: number;
@@ -16,7 +19,11 @@ export type QkvKernel = 'reference' | 'flash' | 'wasm' | 'auto';
 
 /** An implementation and how it is called. */
 export type Impl =
-  | { kind: 'qkv'; kernel: QkvKernel; mode: 'sync' | 'async'; threads: number }
+  /**
+   * `relaxed`: the row's process runs with `--experimental-wasm-relaxed-simd`, so the WASM kernel uses its
+   * fused multiply-add build, as Chrome and Node ≥ 22 do by default (added only where the flag is needed).
+   */
+  | { kind: 'qkv'; kernel: QkvKernel; mode: 'sync' | 'async'; threads: number; relaxed?: boolean }
   /** `scaledDotProductAttention(q, k, v, { causal })` with nothing else: the memory targets. */
   | { kind: 'qkv-default'; threads: 1 }
   | { kind: 'article'; threads: 1 }
@@ -67,8 +74,10 @@ export function flops(c: Config): number {
 
 export function implName(impl: Impl): string {
   switch (impl.kind) {
-    case 'qkv':
-      return impl.mode === 'sync' ? `qkv ${impl.kernel} sync` : `qkv ${impl.kernel} async t${impl.threads}`;
+    case 'qkv': {
+      const kernel = impl.relaxed ? `${impl.kernel}-fma` : impl.kernel;
+      return impl.mode === 'sync' ? `qkv ${kernel} sync` : `qkv ${kernel} async t${impl.threads}`;
+    }
     case 'qkv-default':
       return 'qkv default options';
     case 'article':
@@ -87,13 +96,20 @@ export function isPortablePeer(impl: Impl): boolean {
   return impl.kind === 'tfjs-wasm' || impl.kind === 'ort-web';
 }
 
-/** The implementations measured on every config, in print order. */
-export function implsForConfig(): Impl[] {
+/**
+ * The implementations measured on every config, in print order. `relaxedRows`: also the WASM kernel's
+ * fused multiply-add build, in processes started with the flag (when this runtime does not enable it).
+ */
+export function implsForConfig(relaxedRows: boolean): Impl[] {
   const impls: Impl[] = [];
   for (const kernel of QKV_KERNELS) {
     impls.push({ kind: 'qkv', kernel, mode: 'sync', threads: 1 });
     impls.push({ kind: 'qkv', kernel, mode: 'async', threads: 1 });
     impls.push({ kind: 'qkv', kernel, mode: 'async', threads: 2 });
+    if (kernel === 'wasm' && relaxedRows) {
+      impls.push({ kind: 'qkv', kernel, mode: 'sync', threads: 1, relaxed: true });
+      impls.push({ kind: 'qkv', kernel, mode: 'async', threads: 2, relaxed: true });
+    }
   }
   impls.push(
     { kind: 'article', threads: 1 },

@@ -16,6 +16,12 @@ function syncAttention(): SyncAttention {
   return api['scaledDotProductAttention'] as SyncAttention;
 }
 
+/** Which build of the WASM kernel runs in this process ('relaxed-simd', 'simd'), if any. */
+export function wasmBuild(): string | undefined {
+  const support = api['kernelSupport'];
+  return typeof support === 'function' ? (support as () => { wasm?: string })().wasm : undefined;
+}
+
 /** The function a row calls. Throws (making the row "unavailable") when the library lacks it. */
 export function prepareQkv(
   impl: Extract<Impl, { kind: 'qkv' | 'qkv-default' }>,
@@ -28,6 +34,9 @@ export function prepareQkv(
     const sdpa = syncAttention();
     const options = c.causal ? { causal: true } : {};
     return async () => sdpa(q, k, v, options).data;
+  }
+  if (impl.relaxed && wasmBuild() !== 'relaxed-simd') {
+    throw new Error(`the relaxed-SIMD build did not validate here (build in use: ${wasmBuild()})`);
   }
   if (impl.mode === 'sync') {
     const sdpa = syncAttention();

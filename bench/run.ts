@@ -21,9 +21,10 @@ import {
   implsForConfig,
   type Job,
   MEMORY_TARGETS,
+  RELAXED_SIMD_FLAG,
 } from './jobs.js';
 import { ORT_NODE_INSTALL } from './peers/ort-install.js';
-import { referenceOutput } from './qkv.js';
+import { referenceOutput, wasmBuild } from './qkv.js';
 import {
   addRatios,
   cells,
@@ -89,6 +90,7 @@ function runChild(job: Job, timeoutMs: number): Promise<ChildResult & { timedOut
   return new Promise((resolve) => {
     const child = fork(join(BENCH_DIR, 'dist', 'child.js'), [JSON.stringify(job)], {
       stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+      execArgv: job.impl.kind === 'qkv' && job.impl.relaxed ? [RELAXED_SIMD_FLAG] : [],
     });
     let peakRssMB = 0;
     let result: ChildResult | undefined;
@@ -221,9 +223,11 @@ async function main(): Promise<void> {
     args.only.length === 0 ||
     args.only.some((s) => `${implName(impl)} ${configLabel(c)}`.toLowerCase().includes(s));
 
+  // Where relaxed SIMD is off by default (Node 20), the fused multiply-add build gets rows of its own.
+  const relaxedRows = wasmBuild() === 'simd';
   const plan: Planned[] = [];
   for (const config of args.quick ? CONFIGS.slice(0, 1) : CONFIGS) {
-    for (const impl of implsForConfig()) if (selected(impl, config)) plan.push({ impl, config });
+    for (const impl of implsForConfig(relaxedRows)) if (selected(impl, config)) plan.push({ impl, config });
   }
   for (const { config, limitMB } of MEMORY_TARGETS) {
     const impl: Impl = { kind: 'qkv-default', threads: 1 };

@@ -5,6 +5,7 @@
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { expect, it } from 'vitest';
+import * as generated from '../src/kernels/wasm-binary.generated.js';
 
 const dist = fileURLToPath(new URL('../dist/index.js', import.meta.url));
 
@@ -50,4 +51,39 @@ it('the relaxed-SIMD kernel equals the reference on masks, biases, windows, caus
   const { variant, worst } = JSON.parse(run.stdout);
   expect(variant).toBe('relaxed-simd');
   expect(worst).toBe(0);
+});
+
+it('a process started with V8 flags can use the worker pool, and its workers run the relaxed build', () => {
+  // Workers used to be given the parent's V8 flags explicitly, which Node rejects ("invalid execArgv").
+  const script = `
+    const { Tensor, scaledDotProductAttention, scaledDotProductAttentionAsync, terminateWorkers } =
+      await import(${JSON.stringify(dist.replace(/index\.js$/, 'index.node.js'))});
+    const q = Tensor.randn([1, 4, 300, 64], { seed: 1 });
+    const k = Tensor.randn([1, 4, 300, 64], { seed: 2 });
+    const v = Tensor.randn([1, 4, 300, 64], { seed: 3 });
+    const want = scaledDotProductAttention(q, k, v, { kernel: 'reference' }).data;
+    const got = (await scaledDotProductAttentionAsync(q, k, v, { kernel: 'wasm', threads: 2 })).data;
+    let worst = 0;
+    for (let i = 0; i < want.length; i++) worst = Math.max(worst, Math.abs(got[i] - want[i]));
+    const { Worker } = await import('node:worker_threads');
+    const probe = new Worker(
+      'const { parentPort } = require("node:worker_threads");' +
+        'parentPort.postMessage(WebAssembly.validate(Buffer.from(process.env.RELAXED, "base64")))',
+      { eval: true, execArgv: [] },
+    );
+    const relaxedInWorker = await new Promise((resolve) => probe.once('message', resolve));
+    await probe.terminate();
+    terminateWorkers();
+    console.log(JSON.stringify({ worst, relaxedInWorker }));
+  `;
+  const { RELAXED_WASM_BASE64 } = generated;
+  const run = spawnSync(
+    process.execPath,
+    ['--experimental-wasm-relaxed-simd', '--max-old-space-size=512', '--input-type=module', '-e', script],
+    { encoding: 'utf8', timeout: 60_000, env: { ...process.env, RELAXED: RELAXED_WASM_BASE64 } },
+  );
+  expect(run.stderr).toBe('');
+  const { worst, relaxedInWorker } = JSON.parse(run.stdout);
+  expect(relaxedInWorker).toBe(true);
+  expect(worst).toBeLessThan(1e-5);
 });

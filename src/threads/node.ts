@@ -12,12 +12,10 @@ export const nodePlatform: Platform = {
   cores: () => availableParallelism(),
   sharedMemoryUnavailable: () => '',
   createWorker(): PoolWorker {
-    // Workers inherit only engine flags (e.g. --experimental-wasm-relaxed-simd), not the parent's
-    // entry flags such as --input-type or -e, which a worker rejects.
-    const execArgv = process.execArgv.filter((a) =>
-      /^--(experimental|wasm|max-old-space-size|stack-size|no-warnings)/.test(a),
-    );
-    const worker = new Worker(new URL('./node-worker.js', import.meta.url), { execArgv });
+    // No flags for the worker: inherited ones can break it (--input-type applies to -e only), and a list
+    // naming a V8 flag (--max-old-space-size, --experimental-wasm-relaxed-simd) throws. V8 flags are
+    // per process anyway, so the workers validate relaxed SIMD exactly when the parent does.
+    const worker = new Worker(new URL('./node-worker.js', import.meta.url), { execArgv: [] });
     return {
       post: (message) => worker.postMessage(message),
       onMessage: (handler) => worker.on('message', (m: FromWorker) => handler(m)),
