@@ -120,3 +120,26 @@ it('a Node process that used the pool exits on its own', () => {
   expect(run.status).toBe(0);
   expect(run.stdout.trim()).toBe('done 1x4x256x64');
 });
+
+it('repeated calls reuse one shared buffer instead of growing the process by a job each time', () => {
+  // A 41 MB job (q, k, v and out of 40000×64) eight times over; a window keeps the compute small.
+  // Each worker keeps every buffer it was sent until it collects garbage, so a buffer per call grew
+  // array-buffer memory by ~340 MB here; one reused buffer plus the discarded outputs stay under 160.
+  const script = `
+    const { Tensor, scaledDotProductAttentionAsync, terminateWorkers } =
+      await import(${JSON.stringify(`${dist}index.node.js`)});
+    const q = Tensor.randn([1, 1, 40000, 64], { seed: 1 });
+    const base = process.memoryUsage().arrayBuffers;
+    for (let i = 0; i < 8; i++) await scaledDotProductAttentionAsync(q, q, q, { window: [8, 0], threads: 2 });
+    console.log(Math.round((process.memoryUsage().arrayBuffers - base) / 2 ** 20));
+    terminateWorkers();
+  `;
+  const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
+  expect(run.stderr).toBe('');
+  const grownMB = Number(run.stdout.trim());
+  expect(grownMB).toBeGreaterThan(40); // the kept buffer itself: the measurement sees it
+  expect(grownMB).toBeLessThan(160);
+});

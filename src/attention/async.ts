@@ -30,10 +30,12 @@ const INLINE_FLOPS = 1 << 22;
 
 let platform: Platform = browserPlatform;
 
-// One shared buffer of up to SPARE_MAX bytes kept between calls (allocating and zeroing megabytes each
-// call is a measurable part of a 40 ms call); a call that finds it busy (concurrent calls) makes its own.
+// The largest shared buffer seen is kept between calls and reused. Allocating and zeroing megabytes each
+// call is a measurable part of a 40 ms call; worse, a worker's heap keeps every buffer it was sent alive
+// until that worker collects garbage, which an idle worker rarely does, so a fresh buffer per call
+// grew the process by the job's size on every call (20 calls at (1,8,4096,64): +700 MB). A call that
+// finds the buffer busy (concurrent calls) makes its own. terminateWorkers() frees it.
 let spare: SharedArrayBuffer | undefined;
-const SPARE_MAX = 32 << 20;
 
 function takeBuffer(bytes: number): SharedArrayBuffer {
   if (spare && spare.byteLength >= bytes) {
@@ -45,7 +47,7 @@ function takeBuffer(bytes: number): SharedArrayBuffer {
 }
 
 function releaseBuffer(buffer: SharedArrayBuffer): void {
-  if (buffer.byteLength <= SPARE_MAX && (!spare || spare.byteLength < buffer.byteLength)) spare = buffer;
+  if (!spare || spare.byteLength < buffer.byteLength) spare = buffer;
 }
 let pool: Pool | undefined;
 let warned = false;
