@@ -182,6 +182,45 @@ export function memoryMarkdownTable(rows: Row[]): string {
   return lines.join('\n');
 }
 
+/** Issue 3's speed targets: at P1, qkv's default kernel ≥ 1.5× onnxruntime-web on 1 and on 2 threads. */
+export const SPEED_TARGETS = [
+  { config: '(1,8,1024,64)', qkv: 'qkv auto sync', peer: 'onnxruntime-web t1', label: 'P1, 1 thread' },
+  { config: '(1,8,1024,64)', qkv: 'qkv auto async t2', peer: 'onnxruntime-web t2', label: 'P1, 2 threads' },
+  {
+    config: '(1,8,1024,64)',
+    qkv: 'qkv wasm-fma sync',
+    peer: 'onnxruntime-web t1',
+    label: 'P1, 1 thread, FMA',
+  },
+  {
+    config: '(1,8,1024,64)',
+    qkv: 'qkv wasm-fma async t2',
+    peer: 'onnxruntime-web t2',
+    label: 'P1, 2 threads, FMA',
+  },
+] as const;
+const SPEED_TARGET_RATIO = 1.5;
+
+/** The speed targets as markdown (rows whose qkv or peer row was not measured are left out). */
+export function targetsMarkdownTable(rows: Row[]): string {
+  const lines = [
+    '| target: qkv ≥ 1.5× onnxruntime-web | qkv row | qkv ms | onnxruntime-web ms | ratio | met |',
+    '| --- | --- | ---: | ---: | ---: | --- |',
+  ];
+  for (const t of SPEED_TARGETS) {
+    const find = (name: string) => rows.find((r) => r.implementation === name && r.config === t.config);
+    const qkv = find(t.qkv);
+    const peer = find(t.peer);
+    if (qkv?.ms === undefined || peer?.ms === undefined) continue;
+    const ratio = peer.ms / qkv.ms;
+    const met = ratio >= SPEED_TARGET_RATIO ? '✓' : '✗';
+    lines.push(
+      `| ${t.label} | ${t.qkv} | ${formatMs(qkv.ms)} | ${formatMs(peer.ms)} (${t.peer}) | ${ratio.toFixed(2)}× | ${met} |`,
+    );
+  }
+  return lines.join('\n');
+}
+
 /** The README's markdown: one table of every row, grouped by config. */
 export function markdownTable(rows: Row[]): string {
   const escapePipes = (s: string) => s.replaceAll('|', '\\|');

@@ -35,6 +35,7 @@ import {
   newRow,
   type Results,
   type Row,
+  targetsMarkdownTable,
   toJson,
 } from './results.js';
 import { updateReadme } from './update-readme.js';
@@ -261,6 +262,7 @@ async function main(): Promise<void> {
   console.log(`\n${consoleTable(rows)}\n`);
   console.log('max err: largest |out − expected| (the qkv reference kernel on small configs, float64 on');
   console.log('sampled rows on big ones). speed-up: best portable peer ms / qkv ms at ≤ the same threads.');
+  console.log(`\n${targetsMarkdownTable(rows)}\n`);
 
   const results: Results = { machine: info, commit: measured, partial, rows };
   const file = partial ? join(BENCH_DIR, 'results.partial.json') : resultsFile;

@@ -4,7 +4,13 @@
 
 import { readFileSync, writeFileSync } from 'node:fs';
 import { ORT_NODE_INSTALL } from './peers/ort-install.js';
-import { machineLine, markdownTable, memoryMarkdownTable, type Results } from './results.js';
+import {
+  machineLine,
+  markdownTable,
+  memoryMarkdownTable,
+  type Results,
+  targetsMarkdownTable,
+} from './results.js';
 
 const START = '<!-- bench:start -->';
 const END = '<!-- bench:end -->';
@@ -29,7 +35,13 @@ export function benchSection(results: Results): string {
     'qkv is faster. `--quick` and `--only <substring>` run a subset; `--readme` rewrites this section. The',
     'machine is shared, so expect noise.',
     '',
+    'The `wasm-fma` rows are the WASM kernel’s relaxed-SIMD build (fused multiply-add), which Chrome and',
+    'Node ≥ 22 run by default; Node 20 validates it only behind `--experimental-wasm-relaxed-simd`, so where',
+    'the bench runs on Node 20 these rows run in processes started with that flag (the default rows do not).',
+    '',
     `Last run: ${machineLine(results.machine, results.commit)}.`,
+    '',
+    targetsMarkdownTable(timeRows),
     '',
     markdownTable(timeRows),
     '',
