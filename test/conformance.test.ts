@@ -142,8 +142,8 @@ it('the WASM kernel streams K and V in chunks when a head exceeds its copy budge
   }
 });
 
-it('the WASM kernel splits wide heads into smaller query chunks (4 MB of packed rows each)', () => {
-  // E = 1024: a packed query row takes 16 KB, so 300 rows run as chunks of 256 and 44.
+it('the WASM kernel splits wide heads into smaller query chunks (256 KB of packed rows each)', () => {
+  // E = 1024: a packed query row takes 16 KB, so 300 rows run as 18 chunks of 16 rows and one of 12.
   const q = Tensor.randn([1, 1, 300, 1024], { seed: 13 });
   const k = Tensor.randn([1, 1, 200, 1024], { seed: 14 });
   const v = Tensor.randn([1, 1, 200, 24], { seed: 15 });

@@ -105,7 +105,11 @@ export function wasmUnavailableReason(): string {
 }
 
 const ROW_CHUNK = 4096; // query rows per chunk: their state (m, l, acc) stays in WASM memory
-const Q_BUDGET = 4 << 20; // bytes of packed query rows per chunk (each element is stored 4 times)
+// Bytes of packed query rows per chunk (each element is stored 4 times). Small while K and V of the
+// head sit in memory whole, so the packed rows stay in L2 next to them; large when K and V stream,
+// as every query chunk streams them again.
+const Q_BUDGET_WHOLE_KV = 256 << 10;
+const Q_BUDGET_STREAMED_KV = 4 << 20;
 const COL_BLOCK = 512; // keys per attend call (≤ the module's TILE_COLS): 128 KB of K and of V at E = 64, in L2
 const PANEL_LD = COL_BLOCK + 8; // row stride of a K^T panel
 const KV_BUDGET = 8 << 20; // bytes of K and V per head copied at once; longer sequences stream
@@ -151,9 +155,11 @@ class Instance {
     const h = bh % Hq;
     const hk = Math.floor(h / (Hq / Hkv));
     const EvPad = pad(Math.max(Ev, 1), 8);
-    const rowChunk = Math.max(4, Math.min(ROW_CHUNK, Math.floor(Q_BUDGET / (16 * E) / 4) * 4));
-    const rowsMax = pad(Math.min(rowChunk, i1 - i0), 4);
     const kvCols = Math.max(8, Math.min(pad(S, 8), pad(Math.floor(KV_BUDGET / 4 / (E + EvPad)), 8)));
+    const whole = pad(S, 8) <= kvCols; // K and V of the head are copied once, else streamed per chunk
+    const qBudget = whole ? Q_BUDGET_WHOLE_KV : Q_BUDGET_STREAMED_KV;
+    const rowChunk = Math.max(4, Math.min(ROW_CHUNK, Math.floor(qBudget / (16 * E) / 4) * 4));
+    const rowsMax = pad(Math.min(rowChunk, i1 - i0), 4);
     // K^T is stored as panels of COL_BLOCK keys, [E, PANEL_LD] each, so one attend call reads 128 KB of
     // contiguous memory (a [E, S] layout spreads a tile over E pages); PANEL_LD = COL_BLOCK + 8 keeps
     // its rows off a power-of-two stride, which would map them onto the same cache sets.
@@ -213,7 +219,6 @@ class Instance {
       const [, innerHi] = visibleRange(p, r0);
       // K and V of the whole head when they fit the budget (loaded once, shared by every chunk and every
       // head of a GQA group); otherwise stream the band in chunks of kvCols keys.
-      const whole = pad(S, 8) <= kvCols;
       for (let s0 = whole ? 0 : bandLo; s0 <= bandHi; s0 += kvCols) {
         const s1 = whole ? S : Math.min(bandHi + 1, s0 + kvCols);
         this.loadKV(p, b, hk, s0, s1, ktPtr, vPtr, EvPad, k, v);
