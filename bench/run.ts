@@ -194,7 +194,7 @@ async function measureRow({ impl, config, memoryLimitMB }: Planned, ctx: RunCont
   const job: Job = {
     impl,
     config,
-    maxRuns: ctx.quick ? 3 : 10,
+    maxRuns: ctx.quick ? 3 : 30,
     budgetMs: ctx.quick ? 500 : 4000,
     expectedFile: ctx.expectedFiles.get(label),
     peersDir: PEERS_DIR,
