@@ -14,6 +14,7 @@
 //   acc   [rowsPad, EvPad]  running Σ p·v, unnormalised
 
 const NEG_INF: f32 = -Infinity;
+const MAX_F32: f32 = 3.4028234663852886e38;
 
 @inline
 function madd(a: v128, b: v128, c: v128): v128 {
@@ -92,7 +93,7 @@ export function attend(
   q: usize, kt: usize, v: usize, tile: usize, m: usize, l: usize, acc: usize,
   rows: i32, cols: i32, E: i32, ldk: i32, EvPad: i32,
   i0: i32, j0: i32, shift: i32, left: i32, right: i32, band: i32,
-  mask: usize, maskSl: i32, maskSs: i32, bias: usize, biasSl: i32, biasSs: i32,
+  mask: usize, maskSl: i32, maskSs: i32, bias: usize, biasSl: i32, biasSs: i32, vNonFinite: i32,
 ): void {
   if (cols > TILE_COLS) unreachable();
   const rowsPad = (rows + 3) & ~3;
@@ -137,6 +138,13 @@ export function attend(
         kp += ldkBytes;
         qp += 64;
       }
+      // A dot product that overflowed to −∞ is clamped to the lowest float: −∞ means "blocked" from
+      // here on, and a row whose scores all overflowed must be recomputed (finish flags it), not zeroed.
+      const lowest = f32x4.splat(-MAX_F32);
+      a00 = f32x4.pmax(a00, lowest); a01 = f32x4.pmax(a01, lowest);
+      a10 = f32x4.pmax(a10, lowest); a11 = f32x4.pmax(a11, lowest);
+      a20 = f32x4.pmax(a20, lowest); a21 = f32x4.pmax(a21, lowest);
+      a30 = f32x4.pmax(a30, lowest); a31 = f32x4.pmax(a31, lowest);
       const t = tile + (<usize>c << 2);
       v128.store(t, a00); v128.store(t, a01, 16);
       v128.store(t, a10, TILE_BYTES); v128.store(t, a11, TILE_BYTES + 16);
@@ -181,7 +189,14 @@ export function attend(
           store<f32>(tp, NEG_INF);
           continue;
         }
-        if (bias != 0) store<f32>(tp, load<f32>(tp) + LOG2E * load<f32>(bias + (<usize>(row * biasSl + c * biasSs) << 2)));
+        if (bias != 0) {
+          const bv = load<f32>(bias + (<usize>(row * biasSl + c * biasSs) << 2));
+          let s = load<f32>(tp) + LOG2E * bv;
+          // A finite bias that overflows float32 in log2 units stays finite (clamped; finish then flags
+          // the row for a float64 recompute); only a −∞ bias blocks, as in the reference.
+          if (bv != NEG_INF && s == NEG_INF) s = -MAX_F32;
+          store<f32>(tp, s);
+        }
       }
     }
 
@@ -260,19 +275,40 @@ export function attend(
       const last = min(cols, cEnd);
       let vp = v + (<usize>(cStart * EvPad + e) << 2);
       let tp = tile + (<usize>cStart << 2);
-      for (let c = cStart; c < last; c++) {
-        const v0 = v128.load(vp);
-        const v1 = v128.load(vp, 16);
-        const p0 = v128.load32_splat(tp);
-        const p1 = v128.load32_splat(tp, TILE_BYTES);
-        const p2 = v128.load32_splat(tp, 2 * TILE_BYTES);
-        const p3 = v128.load32_splat(tp, 3 * TILE_BYTES);
-        a00 = madd(p0, v0, a00); a01 = madd(p0, v1, a01);
-        a10 = madd(p1, v0, a10); a11 = madd(p1, v1, a11);
-        a20 = madd(p2, v0, a20); a21 = madd(p2, v1, a21);
-        a30 = madd(p3, v0, a30); a31 = madd(p3, v1, a31);
-        vp += evBytes;
-        tp += 4;
+      if (vNonFinite != 0 && !clean) {
+        // These values hold NaN or ±∞: a blocked key (p = 0) must add nothing, and 0·NaN is NaN, so
+        // each product is kept only where p ≠ 0 (a visible key's p is never 0: exp2x4 stops at 2^−126).
+        const zero = f32x4.splat(0);
+        for (let c = cStart; c < last; c++) {
+          const v0 = v128.load(vp);
+          const v1 = v128.load(vp, 16);
+          const p0 = v128.load32_splat(tp);
+          const p1 = v128.load32_splat(tp, TILE_BYTES);
+          const p2 = v128.load32_splat(tp, 2 * TILE_BYTES);
+          const p3 = v128.load32_splat(tp, 3 * TILE_BYTES);
+          const k0 = f32x4.ne(p0, zero), k1 = f32x4.ne(p1, zero), k2 = f32x4.ne(p2, zero), k3 = f32x4.ne(p3, zero);
+          a00 = f32x4.add(a00, v128.and(f32x4.mul(p0, v0), k0)); a01 = f32x4.add(a01, v128.and(f32x4.mul(p0, v1), k0));
+          a10 = f32x4.add(a10, v128.and(f32x4.mul(p1, v0), k1)); a11 = f32x4.add(a11, v128.and(f32x4.mul(p1, v1), k1));
+          a20 = f32x4.add(a20, v128.and(f32x4.mul(p2, v0), k2)); a21 = f32x4.add(a21, v128.and(f32x4.mul(p2, v1), k2));
+          a30 = f32x4.add(a30, v128.and(f32x4.mul(p3, v0), k3)); a31 = f32x4.add(a31, v128.and(f32x4.mul(p3, v1), k3));
+          vp += evBytes;
+          tp += 4;
+        }
+      } else {
+        for (let c = cStart; c < last; c++) {
+          const v0 = v128.load(vp);
+          const v1 = v128.load(vp, 16);
+          const p0 = v128.load32_splat(tp);
+          const p1 = v128.load32_splat(tp, TILE_BYTES);
+          const p2 = v128.load32_splat(tp, 2 * TILE_BYTES);
+          const p3 = v128.load32_splat(tp, 3 * TILE_BYTES);
+          a00 = madd(p0, v0, a00); a01 = madd(p0, v1, a01);
+          a10 = madd(p1, v0, a10); a11 = madd(p1, v1, a11);
+          a20 = madd(p2, v0, a20); a21 = madd(p2, v1, a21);
+          a30 = madd(p3, v0, a30); a31 = madd(p3, v1, a31);
+          vp += evBytes;
+          tp += 4;
+        }
       }
       v128.store(a0p, a00); v128.store(a0p, a01, 16);
       v128.store(a0p + evBytes, a10); v128.store(a0p + evBytes, a11, 16);
@@ -282,15 +318,51 @@ export function attend(
   }
 }
 
-/** out[r, :] = acc[r, :] / l[r] (0 for rows that saw no key), for the first `rows` rows. */
-export function finish(out: usize, m: usize, l: usize, acc: usize, rows: i32, EvPad: i32): void {
+/**
+ * out[r, :] = acc[r, :] / l[r] (0 for rows that saw no key), for the first `rows` rows. Returns how many
+ * rows float32 could not be trusted with, and marks each by setting its m to NaN: a row whose max score
+ * (log2 units) is NaN, +∞ or beyond ±`limit` (float32 scores that large have lost the precision the
+ * softmax needs), or whose output is not finite (an overflow, or a NaN or ±∞ value: the caller
+ * recomputes such rows in float64, which also gives IEEE's answer for inputs that really are NaN).
+ */
+export function finish(out: usize, m: usize, l: usize, acc: usize, rows: i32, EvPad: i32, limit: f32): i32 {
+  let flagged = 0;
+  const zero = f32x4.splat(0);
   for (let r = 0; r < rows; r++) {
-    const seen = load<f32>(m + (<usize>r << 2)) != NEG_INF;
+    const mp = m + (<usize>r << 2);
+    const mr = load<f32>(mp);
+    const seen = mr != NEG_INF;
     const inv = f32x4.splat(seen ? <f32>1 / load<f32>(l + (<usize>r << 2)) : <f32>0);
     const ap = acc + (<usize>(r * EvPad) << 2);
     const op = out + (<usize>(r * EvPad) << 2);
-    for (let e = 0; e < EvPad; e += 4) v128.store(op + (<usize>e << 2), f32x4.mul(v128.load(ap + (<usize>e << 2)), inv));
+    let bad = zero; // x·0 is 0 for every finite x and NaN for NaN and ±∞
+    for (let e = 0; e < EvPad; e += 4) {
+      const x = f32x4.mul(v128.load(ap + (<usize>e << 2)), inv);
+      v128.store(op + (<usize>e << 2), x);
+      bad = v128.or(bad, f32x4.ne(f32x4.mul(x, zero), zero));
+    }
+    if (v128.any_true(bad) || (seen && !(abs(mr) <= limit))) {
+      store<f32>(mp, NaN);
+      flagged++;
+    }
   }
+  return flagged;
+}
+
+/** 1 if any of the n floats at p is NaN or ±∞, else 0. */
+export function nonFinite(p: usize, n: i32): i32 {
+  const zero = f32x4.splat(0);
+  let bad = zero;
+  let i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const x = v128.load(p + (<usize>i << 2));
+    bad = v128.or(bad, f32x4.ne(f32x4.mul(x, zero), zero));
+  }
+  for (; i < n; i++) {
+    const x = load<f32>(p + (<usize>i << 2));
+    if (x * 0 != 0) return 1;
+  }
+  return v128.any_true(bad) ? 1 : 0;
 }
 
 /**

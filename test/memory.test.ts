@@ -64,7 +64,7 @@ it('the instrumentation sees an L×S allocation when one is made', () => {
   expect(largest).toBeLessThan((n * n) / 8);
 });
 
-it('after a call that grew WASM memory past 64 MB, that memory is freed', async () => {
+it('a 64 MB mask is streamed, not copied into WASM memory; a call that grew it past 64 MB frees it', async () => {
   const { spawnSync } = await import('node:child_process');
   const { fileURLToPath } = await import('node:url');
   const dist = fileURLToPath(new URL('../dist/index.js', import.meta.url));
@@ -73,19 +73,26 @@ it('after a call that grew WASM memory past 64 MB, that memory is freed', async 
     const { wasmMemoryBytes } = await import(${JSON.stringify(dist.replace(/index\.js$/, 'kernels/wasm.js'))});
     const mb = () => process.memoryUsage().arrayBuffers / 1048576;
     const base = mb();
-    (() => {
+    const withMask = (() => {
       const q = Tensor.randn([1, 4, 2048, 32], { seed: 1 });
-      const mask = Tensor.full([1, 4, 2048, 2048], 1); // 64 MB, copied into WASM memory by the kernel
+      const mask = Tensor.full([1, 4, 2048, 2048], 1); // 64 MB: tiles of it are copied as the loops reach them
       scaledDotProductAttention(q, q, q, { mask });
+      return wasmMemoryBytes();
+    })();
+    const wide = (() => {
+      const q = Tensor.randn([1, 1, 64, 32768], { seed: 2 }); // K^T panels of E = 32768 rows: > 64 MB
+      scaledDotProductAttention(q, q, q);
     })();
     for (let i = 0; i < 3; i++) { globalThis.gc(); await new Promise((r) => setTimeout(r, 20)); }
-    console.log(JSON.stringify({ kept: mb() - base, wasm: wasmMemoryBytes() }));
+    console.log(JSON.stringify({ kept: mb() - base, withMask, wasm: wasmMemoryBytes() }));
   `;
   const run = spawnSync(process.execPath, ['--expose-gc', '--input-type=module', '-e', script], {
     encoding: 'utf8',
   });
   expect(run.stderr).toBe('');
-  const { kept, wasm } = JSON.parse(run.stdout);
+  const { kept, withMask, wasm } = JSON.parse(run.stdout);
+  expect(withMask).toBeGreaterThan(0);
+  expect(withMask).toBeLessThan(16 << 20); // the mask never entered WASM memory whole
   expect(kept).toBeLessThan(16); // the caller's mask is not kept alive by the kernel
   expect(wasm).toBe(0); // the kernel dropped its grown instance (WASM memory cannot shrink)
 });

@@ -2,8 +2,8 @@
 // One decision to know: a query row whose keys are all blocked gets weights 0 and output 0, never NaN
 // and never the uniform average a −1e9 fill produces.
 
-import { chooseKernel } from '../kernels/registry.js';
-import { type AttentionOutputs, float32Problem, forwardAll } from '../kernels/types.js';
+import { chooseKernel, fallbackFor } from '../kernels/registry.js';
+import { type AttentionOutputs, forwardAll, KernelResourceError } from '../kernels/types.js';
 import { sizeOf } from '../shape.js';
 import { type DType, Tensor, type TensorLike } from '../tensor.js';
 import {
@@ -107,5 +107,10 @@ export function attendWithWeights(
 /** Runs a planned call on the kernel that serves it (widening float16 inputs for kernels that need float32). */
 export function runKernel(fn: string, plan: AttentionPlan, outputs: AttentionOutputs): void {
   const kernel = chooseKernel(fn, plan.kernel, plan.problem, outputs);
-  forwardAll(kernel, kernel.float16 ? plan.problem : float32Problem(plan.problem), outputs);
+  try {
+    forwardAll(kernel, plan.problem, outputs, fallbackFor(plan.kernel, kernel, plan.problem, outputs));
+  } catch (err) {
+    if (err instanceof KernelResourceError) throw new KernelResourceError(`${fn}: ${err.message}`);
+    throw err;
+  }
 }

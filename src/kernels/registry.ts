@@ -5,7 +5,7 @@
 import { flashKernel } from './flash.js';
 import { referenceKernel } from './reference.js';
 import type { AttentionKernel, AttentionOutputs, AttentionProblem } from './types.js';
-import { probeWasm, wasmKernel, wasmUnavailableReason } from './wasm.js';
+import { probeWasm, wasmKernel, wasmRuntimeFailure, wasmUnavailableReason } from './wasm.js';
 
 /** Names accepted by the `kernel` option. */
 export type KernelName = 'auto' | 'reference' | 'flash' | 'wasm';
@@ -52,9 +52,40 @@ export function chooseKernel(
 }
 
 /**
- * Which kernels run here: the WASM kernel's build ('relaxed-simd' with fused multiply-add, or 'simd')
- * or why it is unavailable; 'flash' and 'reference' run everywhere.
+ * The kernel that takes over a call 'auto' gave to `kernel` if `kernel` fails at run time for want of
+ * resources (see KernelResourceError): the next one in the chain that supports the call. None for a
+ * kernel asked for by name.
  */
-export function kernelSupport(): { wasm: 'relaxed-simd' | 'simd' | undefined; wasmUnavailable: string } {
-  return { wasm: probeWasm(), wasmUnavailable: wasmUnavailableReason() };
+export function fallbackFor(
+  name: KernelName,
+  kernel: AttentionKernel,
+  problem: AttentionProblem,
+  outputs: AttentionOutputs,
+): AttentionKernel | undefined {
+  if (name !== 'auto') return undefined;
+  for (const candidate of autoOrder.slice(autoOrder.indexOf(kernel.name) + 1)) {
+    const next = kernels.get(candidate)!;
+    if (next.supports(problem, outputs) === true) return next;
+  }
+  return undefined;
+}
+
+/**
+ * Which kernels run here: the WASM kernel's build ('relaxed-simd' with fused multiply-add, or 'simd')
+ * or why it is unavailable; 'flash' and 'reference' run everywhere. `wasmFallback` is '' unless the WASM
+ * kernel failed at run time on this thread (the engine refused it memory) and 'auto' fell back to the JS
+ * kernel for that call; a kernel that could not even be instantiated is then reported unavailable.
+ */
+export function kernelSupport(): {
+  wasm: 'relaxed-simd' | 'simd' | undefined;
+  wasmUnavailable: string;
+  wasmFallback: string;
+} {
+  const variant = probeWasm();
+  const unavailable = wasmUnavailableReason();
+  return {
+    wasm: unavailable ? undefined : variant,
+    wasmUnavailable: unavailable,
+    wasmFallback: wasmRuntimeFailure(),
+  };
 }

@@ -87,14 +87,44 @@ export function float32Problem(p: AttentionProblem): AttentionProblem {
   };
 }
 
-/** Runs every row of every (batch, head) pair on one kernel. */
+/**
+ * Thrown by a kernel that is sound but could not get what it needs at run time (the engine refused
+ * memory). 'auto' then serves the rest of the call on the next kernel of its chain; a kernel asked for
+ * by name lets it through.
+ */
+export class KernelResourceError extends Error {
+  override name = 'KernelResourceError';
+}
+
+/** The problem as `kernel` reads it: float16 inputs stay halves only for kernels that read them. */
+export function problemFor(kernel: AttentionKernel, problem: AttentionProblem): AttentionProblem {
+  return kernel.float16 ? problem : float32Problem(problem);
+}
+
+/**
+ * Runs every row of every (batch, head) pair on one kernel; if it throws a KernelResourceError and a
+ * `fallback` is given, the fallback serves the pair that failed and every pair after it.
+ */
 export function forwardAll(
   kernel: AttentionKernel,
   problem: AttentionProblem,
   outputs: AttentionOutputs,
+  fallback?: AttentionKernel,
 ): void {
   const pairs = problem.B * problem.Hq;
-  for (let bh = 0; bh < pairs; bh++) kernel.forwardRows(problem, outputs, bh, 0, problem.L);
+  let p = problemFor(kernel, problem);
+  for (let bh = 0; bh < pairs; bh++) {
+    try {
+      kernel.forwardRows(p, outputs, bh, 0, problem.L);
+    } catch (err) {
+      if (!fallback || !(err instanceof KernelResourceError)) throw err;
+      kernel.release?.();
+      kernel = fallback;
+      fallback = undefined;
+      p = problemFor(kernel, problem);
+      kernel.forwardRows(p, outputs, bh, 0, problem.L);
+    }
+  }
   kernel.release?.();
 }
 

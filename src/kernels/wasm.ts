@@ -9,7 +9,9 @@ import {
   type AttentionKernel,
   type AttentionOutputs,
   type AttentionProblem,
+  type BroadcastView,
   float32Problem,
+  KernelResourceError,
   visibleRange,
 } from './types.js';
 import { RELAXED_WASM_BASE64, SIMD_WASM_BASE64 } from './wasm-binary.generated.js';
@@ -43,8 +45,10 @@ interface KernelExports {
     bias: number,
     biasSl: number,
     biasSs: number,
+    vNonFinite: number,
   ): void;
-  finish(out: number, m: number, l: number, acc: number, rows: number, EvPad: number): void;
+  finish(out: number, m: number, l: number, acc: number, rows: number, EvPad: number, limit: number): number;
+  nonFinite(p: number, n: number): number;
   packQ(src: number, rows: number, E: number, dst: number, s: number): void;
   tileBytes(): number;
   transposeK(src: number, cols: number, E: number, dst: number, block: number, ld: number): void;
@@ -104,6 +108,12 @@ export function wasmUnavailableReason(): string {
   return wasmUnavailable;
 }
 
+/** The last run-time failure of the WASM kernel on this thread ('' if none): 'auto' fell back then. */
+let runtimeFailure = '';
+export function wasmRuntimeFailure(): string {
+  return runtimeFailure;
+}
+
 const ROW_CHUNK = 4096; // query rows per chunk: their state (m, l, acc) stays in WASM memory
 // Bytes of packed query rows per chunk (each element is stored 4 times). Small while K and V of the
 // head sit in memory whole, so the packed rows stay in L2 next to them; large when K and V stream,
@@ -113,7 +123,17 @@ const Q_BUDGET_STREAMED_KV = 4 << 20;
 const COL_BLOCK = 512; // keys per attend call (≤ the module's TILE_COLS): 128 KB of K and of V at E = 64, in L2
 const PANEL_LD = COL_BLOCK + 8; // row stride of a K^T panel
 const KV_BUDGET = 8 << 20; // bytes of K and V per head copied at once; longer sequences stream
+// A mask or bias up to this size is copied whole, once per call; a larger one is copied tile by tile
+// as the loops reach it, so the kernel's memory stays bounded whatever L·S is.
+const WHOLE_VIEW_BYTES = 4 << 20;
 const UNBOUNDED = 1 << 30;
+/**
+ * Largest |row max| (log2 units) trusted to float32: beyond it a score's rounding (|s|·2⁻²⁴) costs the
+ * softmax more than 1.7e-4 relative, so the row is recomputed in float64 by the JS tiled kernel. Only
+ * huge logits or fills reach it (a −1e9 bias on every key, scores of 1e20): ordinary scores stay below
+ * ~100, and the reference's answer is the float64 one (a −1e9 fill on every key changes nothing).
+ */
+const TRUSTED_MAX = 4096;
 
 const pad = (n: number, m: number) => Math.ceil(n / m) * m;
 
@@ -126,7 +146,10 @@ class Instance {
   private kvKey = ''; // which (problem, b, hk, s0, s1) K and V in memory belong to
   private maskPtr = 0;
   private biasPtr = 0;
+  private maskWhole = false;
+  private biasWhole = false;
   private stagePtr = 0;
+  private vNonFinite = 0; // whether the V in memory holds NaN or ±∞ (attend then never multiplies 0 by it)
 
   constructor(module: WebAssembly.Module) {
     this.exports = new WebAssembly.Instance(module, {}).exports as unknown as KernelExports;
@@ -169,8 +192,12 @@ class Instance {
     // mask/bias"): mask | bias | K^T [E, ldk] | V [kvCols, EvPad] | Q packed [rowsMax, E, 4] | m | l |
     // acc [rowsMax, EvPad] | tile [4, TILE_LD] | stage (keys or query rows as copied).
     const base = Math.max(16, this.exports.heapBase());
-    const maskBytes = mask ? pad(mask.data.length * 4, 16) : 0;
-    const biasBytes = bias ? pad(bias.data.length * 4, 16) : 0;
+    // A mask or bias is copied whole when small, else one [rows, COL_BLOCK] tile at a time.
+    const tileViewBytes = pad(rowsMax * COL_BLOCK * 4, 16);
+    const maskWhole = !!mask && mask.data.length * 4 <= WHOLE_VIEW_BYTES;
+    const biasWhole = !!bias && bias.data.length * 4 <= WHOLE_VIEW_BYTES;
+    const maskBytes = mask ? (maskWhole ? pad(mask.data.length * 4, 16) : tileViewBytes) : 0;
+    const biasBytes = bias ? (biasWhole ? pad(bias.data.length * 4, 16) : tileViewBytes) : 0;
     const ktPtr = base + maskBytes + biasBytes;
     const vPtr = ktPtr + panels * E * PANEL_LD * 4;
     const qPtr = vPtr + kvCols * EvPad * 4;
@@ -182,14 +209,16 @@ class Instance {
     const stagePtr = tilePtr + pad(this.exports.tileBytes(), 16);
     this.ensure(stagePtr + Math.max(kvCols, rowsMax) * E * 4);
     this.stagePtr = stagePtr;
-    if (this.problem?.deref() !== p) {
-      // Masks and biases are copied as given (broadcast axes stay size 1), once per call.
+    if (this.problem?.deref() !== p || this.maskPtr !== base || this.biasPtr !== base + maskBytes) {
+      // Small masks and biases are copied as given (broadcast axes stay size 1), once per call.
       this.problem = new WeakRef(p);
       this.kvKey = '';
       this.maskPtr = base;
       this.biasPtr = base + maskBytes;
-      if (mask) this.f32.set(mask.data, this.maskPtr / 4);
-      if (bias) this.f32.set(bias.data, this.biasPtr / 4);
+      this.maskWhole = maskWhole;
+      this.biasWhole = biasWhole;
+      if (mask && maskWhole) this.f32.set(mask.data, this.maskPtr / 4);
+      if (bias && biasWhole) this.f32.set(bias.data, this.biasPtr / 4);
     }
     const ex = this.exports;
     const f32 = this.f32;
@@ -228,12 +257,28 @@ class Instance {
           const c1 = Math.min(end, s0 + (panel + 1) * COL_BLOCK); // never past the panel
           const ktAt = ktPtr + (panel * E * PANEL_LD + (c0 - s0 - panel * COL_BLOCK)) * 4;
           const interior = c0 >= innerLo && c1 - 1 <= innerHi;
-          const maskAt = mask
-            ? this.maskPtr + 4 * (b * mask.sb + h * mask.sh + r0 * mask.sl + c0 * mask.ss)
-            : 0;
-          const biasAt = bias
-            ? this.biasPtr + 4 * (b * bias.sb + h * bias.sh + r0 * bias.sl + c0 * bias.ss)
-            : 0;
+          const [maskAt, maskSl, maskSs] = this.viewArgs(
+            mask,
+            this.maskWhole,
+            this.maskPtr,
+            b,
+            h,
+            r0,
+            c0,
+            rows,
+            c1 - c0,
+          );
+          const [biasAt, biasSl, biasSs] = this.viewArgs(
+            bias,
+            this.biasWhole,
+            this.biasPtr,
+            b,
+            h,
+            r0,
+            c0,
+            rows,
+            c1 - c0,
+          );
           ex.attend(
             qPtr,
             ktAt,
@@ -254,16 +299,17 @@ class Instance {
             right,
             interior ? 0 : 1,
             maskAt,
-            mask ? mask.sl : 0,
-            mask ? mask.ss : 0,
-            bias ? biasAt : 0,
-            bias ? bias.sl : 0,
-            bias ? bias.ss : 0,
+            maskSl,
+            maskSs,
+            biasAt,
+            biasSl,
+            biasSs,
+            this.vNonFinite,
           );
           c0 = c1;
         }
       }
-      ex.finish(accPtr, mPtr, lPtr, accPtr, rows, EvPad);
+      const flagged = ex.finish(accPtr, mPtr, lPtr, accPtr, rows, EvPad, TRUSTED_MAX);
       // Copy out rows (dropping the value padding) and lse = m·ln 2 + log(l) in float64.
       const acc0 = accPtr / 4;
       if (out && EvPad === Ev) out.set(f32.subarray(acc0, acc0 + rows * Ev), (bh * L + r0) * Ev);
@@ -279,7 +325,63 @@ class Instance {
             m === Number.NEGATIVE_INFINITY ? m : m * Math.LN2 + Math.log(f32[lPtr / 4 + r]);
         }
       }
+      // Rows float32 could not be trusted with (finish marked them with m = NaN): huge scores, an
+      // overflow, or a NaN or ±∞ that reached the output. The JS tiled kernel recomputes them in float64,
+      // so this kernel's answer is the reference's on every input (a rare, row-by-row cost).
+      for (let r = 0; flagged > 0 && r < rows; r++) {
+        if (!Number.isNaN(f32[mPtr / 4 + r])) continue;
+        let end = r + 1;
+        while (end < rows && Number.isNaN(f32[mPtr / 4 + end])) end++;
+        flashKernel.forwardRows(float32Of(p), { out, lse }, bh, r0 + r, r0 + end);
+        r = end;
+      }
     }
+  }
+
+  /**
+   * `attend`'s pointer and (row, column) strides for a mask or bias at rows r0…, keys c0… of pair (b, h):
+   * into the whole copy, or into a tile staged at `ptr` now. Zeros when there is none.
+   */
+  private viewArgs(
+    view: BroadcastView | undefined,
+    whole: boolean,
+    ptr: number,
+    b: number,
+    h: number,
+    r0: number,
+    c0: number,
+    rows: number,
+    cols: number,
+  ): [number, number, number] {
+    if (!view) return [0, 0, 0];
+    const at = b * view.sb + h * view.sh + r0 * view.sl + c0 * view.ss;
+    if (whole) return [ptr + 4 * at, view.sl, view.ss];
+    return [ptr, ...this.stageTile(view, at, rows, cols, ptr)];
+  }
+
+  /**
+   * Copies the [rows, cols] tile of a mask or bias that starts at element `at` of `view.data` to the
+   * float index dst/4, densely; returns the tile's (row, column) strides. Axes the view broadcasts
+   * (stride 0) stay size 1, so a key-padding mask [B, 1, 1, S] costs one row per tile.
+   */
+  private stageTile(
+    view: BroadcastView,
+    at: number,
+    rows: number,
+    cols: number,
+    dst: number,
+  ): [number, number] {
+    const { data, sl, ss } = view;
+    const nr = sl === 0 ? 1 : rows;
+    const nc = ss === 0 ? 1 : cols;
+    const f32 = this.f32;
+    const d = dst / 4;
+    for (let r = 0; r < nr; r++) {
+      const from = at + r * sl;
+      if (ss === 1) f32.set(data.subarray(from, from + nc), d + r * nc);
+      else for (let c = 0; c < nc; c++) f32[d + r * nc + c] = data[from + c * ss];
+    }
+    return [sl === 0 ? 0 : nc, ss === 0 ? 0 : 1];
   }
 
   /** Copies keys [s0, s1) of k[b, hk] transposed into panels [E, PANEL_LD] and v[b, hk] to [s1 − s0, EvPad], once. */
@@ -297,7 +399,7 @@ class Instance {
   ): void {
     const key = `${b},${hk},${s0},${s1}`;
     if (this.kvKey === key) return; // the same K/V (the next query chunk, or another head of a GQA group)
-    this.kvKey = key;
+    this.kvKey = '';
     const { S, E, Ev, Hkv } = p;
     const f32 = this.f32;
     const cols = s1 - s0;
@@ -334,6 +436,8 @@ class Instance {
       }
     }
     f32.fill(0, vv + cols * EvPad, vv + colsPad * EvPad);
+    this.vNonFinite = this.exports.nonFinite(vPtr, cols * EvPad);
+    this.kvKey = key;
   }
 }
 
@@ -366,6 +470,7 @@ export const wasmKernel: AttentionKernel = {
   float16: true,
   supports(_p: AttentionProblem, outputs: AttentionOutputs): true | string {
     if (!probeWasm()) return `WebAssembly SIMD is unavailable: ${wasmUnavailable}`;
+    if (wasmUnavailable) return wasmUnavailable;
     // A float64 log-sum-exp is asked for by backward passes, which recompute exp(s − lse) from float64
     // scores: this kernel's float32 scores would not match it for large logits.
     if (outputs.lse instanceof Float64Array)
@@ -377,8 +482,21 @@ export const wasmKernel: AttentionKernel = {
   },
   forwardRows(p: AttentionProblem, outputs: AttentionOutputs, bh: number, i0: number, i1: number): void {
     if (!compiled && !probeWasm()) throw new Error(`wasm kernel: ${wasmUnavailable}`);
-    instance ??= new Instance(compiled!);
-    if (outputs.out || outputs.lse) instance.run(p, outputs, bh, i0, i1);
+    if (outputs.out || outputs.lse) {
+      try {
+        instance ??= new Instance(compiled!);
+        instance.run(p, outputs, bh, i0, i1);
+      } catch (err) {
+        // The engine refused memory (instantiation or Memory.grow: a RangeError). Drop the instance so
+        // its memory can be freed; an instance that could never be made disables the kernel here.
+        if (!(err instanceof RangeError)) throw err;
+        const made = instance !== undefined;
+        instance = undefined;
+        runtimeFailure = `${made ? 'growing' : 'creating'} its WebAssembly memory failed: ${err.message}`;
+        if (!made) wasmUnavailable = `WebAssembly is validated but ${runtimeFailure}`;
+        throw new KernelResourceError(`wasm kernel: ${runtimeFailure}`);
+      }
+    }
     // Weights are an L×S output the caller asked to materialise: the JS tiled kernel writes them in
     // float64 from exact scores (the f32 scores here would cost accuracy on huge logits).
     if (outputs.weights) flashKernel.forwardRows(float32Of(p), { weights: outputs.weights }, bh, i0, i1);

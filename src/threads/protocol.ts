@@ -14,6 +14,8 @@ export interface Span {
 /** An AttentionProblem with arrays replaced by spans of `buffer`. */
 export interface Job {
   kernel: string;
+  /** The kernel that takes over if `kernel` fails for want of resources ('auto' calls only). */
+  fallback?: string;
   buffer: SharedArrayBuffer;
   /** Int32 task counter at byte 0 of `buffer`; Int32 "cancelled" flag at byte 4 (nonzero: stop). */
   tasks: number;
