@@ -26,6 +26,7 @@ export {
 export * as autograd from './autograd/index.js';
 export { fromHalfBits, toHalfBits } from './float16.js';
 export {
+  type DecodeSafetensorsOptions,
   decodeSafetensors,
   encodeSafetensors,
   type SafetensorsContents,

@@ -1,13 +1,17 @@
 // Checkpoints: a TinyTransformer to safetensors bytes and back (pure; the CLI writes the bytes atomically,
 // the page can fetch them). One decision to know: the model's config, task and vocabulary travel in the
-// file's __metadata__ (strings, as the format requires), so a checkpoint is self-describing.
+// file's __metadata__ (strings, as the format requires), so a checkpoint is self-describing — and the
+// loader trusts none of it: every field is checked for type and range, and every weight for finiteness,
+// before a model is built, because a wrong field or a NaN would otherwise run as a different model.
 
+import { checkVocabulary, formatFound, nonFiniteAt } from '../io/checks.js';
 import { decodeSafetensors, encodeSafetensors, SafetensorsError } from '../io/safetensors.js';
 import {
-  parseTransformerConfig,
+  MAX_STORED_LEN,
   TENSORS_OUTSIDE_LAYERS,
   TENSORS_PER_LAYER,
   TinyTransformer,
+  type TransformerConfig,
   transformerParameterShapes,
 } from '../model/transformer.js';
 
@@ -20,8 +24,27 @@ export interface CheckpointInfo {
   extra?: Record<string, string>;
 }
 
+/** The metadata keys saveCheckpoint writes itself (info.extra may not set them). */
+const RESERVED = ['qkv.config', 'qkv.task', 'qkv.step', 'qkv.vocab'];
+
 /** The model's weights (PyTorch-style names, float32) and config as safetensors bytes. */
 export function saveCheckpoint(model: TinyTransformer, info: CheckpointInfo = {}): Uint8Array {
+  const fail = (message: string): never => {
+    throw new RangeError(`saveCheckpoint: ${message}`);
+  };
+  // The same rules loadCheckpoint applies, so what is saved can be loaded.
+  if (info.task !== undefined && typeof info.task !== 'string')
+    fail(`info.task must be a string, found ${formatFound(info.task)}`);
+  if (info.step !== undefined && !(Number.isSafeInteger(info.step) && info.step >= 0))
+    fail(`info.step must be a non-negative integer, found ${formatFound(info.step)}`);
+  if (info.vocab !== undefined) {
+    checkVocabulary(info.vocab, 'info.vocab', fail);
+    if (info.vocab.length !== model.config.vocabSize)
+      fail(`info.vocab has ${info.vocab.length} words but the model has vocabSize ${model.config.vocabSize}`);
+  }
+  for (const key of Object.keys(info.extra ?? {})) {
+    if (RESERVED.includes(key)) fail(`info.extra may not set '${key}' (saveCheckpoint writes it)`);
+  }
   const metadata: Record<string, string> = {
     format: 'pt',
     'qkv.config': JSON.stringify(model.config),
@@ -33,42 +56,113 @@ export function saveCheckpoint(model: TinyTransformer, info: CheckpointInfo = {}
   return encodeSafetensors(model.stateDict(), metadata);
 }
 
-/** Rebuilds the model a checkpoint describes and loads its weights; throws a clear error on a bad file. */
-export function loadCheckpoint(bytes: Uint8Array): { model: TinyTransformer; info: CheckpointInfo } {
+/** The integer fields of a config, with the largest value a file may ask for. */
+const CONFIG_INTEGERS: [keyof TransformerConfig, number][] = [
+  ['vocabSize', Number.MAX_SAFE_INTEGER],
+  ['dModel', Number.MAX_SAFE_INTEGER],
+  ['numHeads', Number.MAX_SAFE_INTEGER],
+  ['numLayers', Number.MAX_SAFE_INTEGER],
+  ['dFF', Number.MAX_SAFE_INTEGER],
+  ['maxLen', MAX_STORED_LEN], // the positional table is allocated from it before any weight is read
+];
+const CONFIG_FIELDS = [...CONFIG_INTEGERS.map(([k]) => k), 'causal', 'scaleScores', 'dropout'];
+
+/**
+ * Checks every field of a stored config. Unknown fields are refused too: a field this version does not
+ * know may change what the model computes (a file from a newer qkv), and ignoring it would run another model.
+ */
+function readConfig(json: string, fail: (message: string) => never): TransformerConfig {
+  let c: unknown;
+  try {
+    c = JSON.parse(json);
+  } catch (err) {
+    fail(`qkv.config is not valid JSON (${(err as Error).message})`);
+  }
+  if (c === null || typeof c !== 'object' || Array.isArray(c))
+    fail(`qkv.config must be a JSON object, found ${formatFound(c)}`);
+  const o = c as Record<string, unknown>;
+  for (const key of Object.keys(o)) {
+    if (!CONFIG_FIELDS.includes(key))
+      fail(`qkv.config has an unknown field '${key}' (known: ${CONFIG_FIELDS.join(', ')})`);
+  }
+  for (const [key, max] of CONFIG_INTEGERS) {
+    const v = o[key];
+    const range = max === Number.MAX_SAFE_INTEGER ? 'a positive integer' : `an integer from 1 to ${max}`;
+    if (!(Number.isSafeInteger(v) && (v as number) >= 1))
+      fail(`qkv.config field '${key}' must be ${range}, found ${formatFound(v)}`);
+    if ((v as number) > max) fail(`qkv.config asks for ${key} ${v}, but field '${key}' must be ${range}`);
+  }
+  if ((o.dModel as number) % (o.numHeads as number) !== 0)
+    fail(`qkv.config field 'dModel' must be a multiple of numHeads (${o.numHeads}), found ${o.dModel}`);
+  if (typeof o.causal !== 'boolean')
+    fail(`qkv.config field 'causal' must be a boolean, found ${formatFound(o.causal)}`);
+  if (o.scaleScores !== undefined && typeof o.scaleScores !== 'boolean')
+    fail(`qkv.config field 'scaleScores' must be a boolean, found ${formatFound(o.scaleScores)}`);
+  if (o.dropout !== undefined && !(typeof o.dropout === 'number' && o.dropout >= 0 && o.dropout < 1))
+    fail(`qkv.config field 'dropout' must be a number in [0, 1), found ${formatFound(o.dropout)}`);
+  return o as unknown as TransformerConfig;
+}
+
+/**
+ * Rebuilds the model a checkpoint describes and loads its weights. `source` (e.g. the file's path) goes
+ * into error messages. Throws a SafetensorsError naming the field or tensor on a malformed file, on
+ * metadata of the wrong type or range, or on a weight that is NaN or ±Infinity.
+ */
+export function loadCheckpoint(
+  bytes: Uint8Array,
+  source?: string,
+): { model: TinyTransformer; info: CheckpointInfo } {
+  if (source !== undefined && typeof source !== 'string')
+    throw new TypeError(
+      `loadCheckpoint: source must be a string (the file's name), found ${formatFound(source)}`,
+    );
+  const prefix = source === undefined ? 'loadCheckpoint: ' : `loadCheckpoint: ${source}: `;
+  const fail = (message: string): never => {
+    throw new SafetensorsError(prefix + message);
+  };
   const { tensors, metadata } = decodeSafetensors(bytes);
   const configJson = metadata['qkv.config'];
-  if (configJson === undefined) {
-    throw new SafetensorsError('loadCheckpoint: no qkv.config in the metadata (not a qkv checkpoint?)');
-  }
+  if (configJson === undefined) fail('no qkv.config in the metadata (not a qkv checkpoint?)');
   // Check the config against the tensors present before building anything: a hostile config (a billion
   // layers, a huge vocabulary) must fail here, not in an allocation.
-  const config = parseTransformerConfig(configJson);
+  const config = readConfig(configJson, fail);
+  const info: CheckpointInfo = {};
+  if (metadata['qkv.task'] !== undefined) info.task = metadata['qkv.task'];
+  const step = metadata['qkv.step'];
+  if (step !== undefined) {
+    // Digits only: Number() would also take '', ' 1 ', '0x10' and '1e3'.
+    if (!/^(0|[1-9][0-9]*)$/.test(step) || !Number.isSafeInteger(Number(step)))
+      fail(`qkv.step must be a non-negative integer, found ${formatFound(step)}`);
+    info.step = Number(step);
+  }
+  if (metadata['qkv.vocab'] !== undefined) {
+    let vocab: unknown;
+    try {
+      vocab = JSON.parse(metadata['qkv.vocab']);
+    } catch (err) {
+      fail(`qkv.vocab is not valid JSON (${(err as Error).message})`);
+    }
+    info.vocab = checkVocabulary(vocab, 'qkv.vocab', fail);
+    if (info.vocab.length !== config.vocabSize)
+      fail(`qkv.vocab has ${info.vocab.length} words but qkv.config has vocabSize ${config.vocabSize}`);
+  }
+
   const names = Object.keys(tensors);
   const expected = TENSORS_OUTSIDE_LAYERS + TENSORS_PER_LAYER * config.numLayers;
   if (names.length !== expected) {
-    throw new SafetensorsError(
-      `loadCheckpoint: the config has ${config.numLayers} layers (${expected} tensors) but the file holds ${names.length} tensors`,
+    fail(
+      `the config has ${config.numLayers} layers (${expected} tensors) but the file holds ${names.length} tensors`,
     );
   }
   for (const [name, shape] of transformerParameterShapes(config)) {
     const t = tensors[name];
     if (!t || t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) {
-      throw new SafetensorsError(
-        `loadCheckpoint: ${name} should be [${shape}] for the stored config, ${t ? `got [${t.shape}]` : 'missing'}`,
-      );
+      fail(`${name} should be [${shape}] for the stored config, ${t ? `got [${t.shape}]` : 'missing'}`);
     }
+    const bad = nonFiniteAt(t.data);
+    if (bad) fail(`tensor '${name}' ${bad} (weights must be finite)`);
   }
   const model = new TinyTransformer(config);
   model.loadStateDict(tensors);
-  const info: CheckpointInfo = {};
-  if (metadata['qkv.task'] !== undefined) info.task = metadata['qkv.task'];
-  if (metadata['qkv.step'] !== undefined) info.step = Number(metadata['qkv.step']);
-  if (metadata['qkv.vocab'] !== undefined) {
-    try {
-      info.vocab = JSON.parse(metadata['qkv.vocab']) as string[];
-    } catch {
-      throw new SafetensorsError('loadCheckpoint: qkv.vocab in the metadata is not valid JSON');
-    }
-  }
   return { model, info };
 }

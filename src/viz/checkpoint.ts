@@ -1,41 +1,78 @@
 // A qkv checkpoint (safetensors written by `qkv train`) as an AttentionStack for the playground and
 // `qkv viz --model`. One decision to know: everything needed travels in the file — the model config
-// (`qkv.config`: numHeads…) and the vocabulary (`qkv.vocab`) are read from its __metadata__; decoding
-// itself is the library's own hardened reader.
+// (`qkv.config`: numHeads…) and the vocabulary (`qkv.vocab`) are read from its __metadata__, and each
+// field read is checked (type, range, agreement with the tensors), as is every weight (finite), so a bad
+// file fails here with its name and the field, not later as a NaN picture or a different model.
 
+import { checkVocabulary, formatFound, nonFiniteAt } from '../io/checks.js';
 import { decodeSafetensors } from '../io/safetensors.js';
 import { type AttentionStack, stackFromStateDict } from './stack.js';
 
-/** Builds the stack a checkpoint describes; `name` (e.g. its path) goes into the description. */
+/** Builds the stack a checkpoint describes; `name` (e.g. its path) goes into the description and errors. */
 export function stackFromSafetensors(bytes: Uint8Array, name = 'checkpoint'): AttentionStack {
   const fn = 'stackFromSafetensors';
+  if (typeof name !== 'string')
+    throw new TypeError(`${fn}: name must be a string, found ${formatFound(name)}`);
+  const fail = (message: string): never => {
+    throw new Error(`${fn}: ${name}: ${message}`);
+  };
   const { tensors, metadata } = decodeSafetensors(bytes);
-  const parse = <T>(key: string): T => {
+  const parse = (key: string): unknown => {
     const raw = metadata[key];
-    if (raw === undefined)
-      throw new Error(`${fn}: ${name} has no '${key}' in its metadata (not a qkv checkpoint?)`);
+    if (raw === undefined) fail(`no '${key}' in its metadata (not a qkv checkpoint?)`);
     try {
-      return JSON.parse(raw) as T;
-    } catch {
-      throw new Error(`${fn}: '${key}' in ${name}'s metadata is not valid JSON`);
+      return JSON.parse(raw);
+    } catch (err) {
+      return fail(`${key} is not valid JSON (${(err as Error).message})`);
     }
   };
-  const config = parse<{ numHeads?: number; numLayers?: number; dModel?: number; causal?: boolean }>(
-    'qkv.config',
-  );
-  const vocab = parse<string[]>('qkv.vocab');
-  if (!Number.isSafeInteger(config.numHeads) || (config.numHeads ?? 0) < 1) {
-    throw new Error(`${fn}: qkv.config in ${name} has no positive integer numHeads`);
+
+  const config = parse('qkv.config');
+  if (config === null || typeof config !== 'object' || Array.isArray(config))
+    fail(`qkv.config must be a JSON object, found ${formatFound(config)}`);
+  const c = config as Record<string, unknown>;
+  // Only the fields read here: numHeads splits the projections; numLayers and dModel, when present, must
+  // agree with the tensors (the description reports them); causal and scaleScores label the model.
+  const positive = (key: string): number | undefined => {
+    const v = c[key];
+    if (v === undefined && key !== 'numHeads') return undefined;
+    if (!(Number.isSafeInteger(v) && (v as number) >= 1))
+      fail(`qkv.config field '${key}' must be a positive integer, found ${formatFound(v)}`);
+    return v as number;
+  };
+  const heads = positive('numHeads')!;
+  const numLayers = positive('numLayers');
+  const dModel = positive('dModel');
+  for (const key of ['causal', 'scaleScores']) {
+    if (c[key] !== undefined && typeof c[key] !== 'boolean')
+      fail(`qkv.config field '${key}' must be a boolean, found ${formatFound(c[key])}`);
   }
-  if (!Array.isArray(vocab) || !vocab.every((w) => typeof w === 'string')) {
-    throw new Error(`${fn}: qkv.vocab in ${name} is not a list of strings`);
+  const vocab = checkVocabulary(parse('qkv.vocab'), 'qkv.vocab', fail);
+  const stepText = metadata['qkv.step'];
+  if (stepText !== undefined && !/^(0|[1-9][0-9]*)$/.test(stepText))
+    fail(`qkv.step must be a non-negative integer, found ${formatFound(stepText)}`);
+  // Every tensor, the ones the stack does not draw (the final norm) too: a NaN anywhere means a broken run.
+  for (const [tensor, t] of Object.entries(tensors)) {
+    const bad = nonFiniteAt(t.data);
+    if (bad) fail(`tensor '${tensor}' ${bad} (weights must be finite)`);
+  }
+
+  const stack = stackFromStateDict(tensors, { heads, vocab });
+  const layers = stack.layers.length;
+  if (numLayers !== undefined && numLayers !== layers)
+    fail(
+      `qkv.config field 'numLayers' says ${numLayers} but the file holds ${layers} layer${layers === 1 ? '' : 's'}`,
+    );
+  if (dModel !== undefined && dModel !== stack.dModel) {
+    const shape = tensors['embedding.weight'].shape;
+    fail(`qkv.config field 'dModel' says ${dModel} but embedding.weight is [${shape}]`);
   }
   const task = metadata['qkv.task'] ? `task ${metadata['qkv.task']}, ` : '';
-  const step = metadata['qkv.step'] ? `, ${metadata['qkv.step']} steps` : '';
-  const kind = config.causal ? 'decoder' : 'encoder';
-  return stackFromStateDict(tensors, {
-    heads: config.numHeads!,
-    vocab,
-    description: `trained checkpoint ${name} (${task}${kind}, ${config.numLayers} layers × ${config.numHeads} heads, d_model ${config.dModel}${step}; ${vocab.length}-word vocabulary)`,
-  });
+  const step = stepText ? `, ${stepText} steps` : '';
+  const kind = c.causal ? 'decoder' : 'encoder';
+  const unscaled = c.scaleScores === false ? ', scores not scaled by 1/√d_k' : '';
+  return {
+    ...stack,
+    description: `trained checkpoint ${name} (${task}${kind}, ${layers} layers × ${heads} heads, d_model ${stack.dModel}${step}${unscaled}; ${vocab.length}-word vocabulary)`,
+  };
 }

@@ -4,6 +4,7 @@
 // untrained) or `stackFromStateDict` (a checkpoint's tensors under PyTorch nn.TransformerEncoderLayer
 // names) — and every attention call is qkv's own, so what the page shows is what the library computes.
 
+import { checkVocabulary, formatFound, nonFiniteAt } from '../io/checks.js';
 import { Generator } from '../random.js';
 import { formatShape } from '../shape.js';
 import { Tensor, type TensorLike, toTensor } from '../tensor.js';
@@ -173,12 +174,29 @@ export function stackStateDict(stack: AttentionStack): Record<string, Tensor> {
  * `layers.i.self_attn.in_proj_bias`, `layers.i.self_attn.out_proj.{weight,bias}`, `layers.i.norm2.*`,
  * `layers.i.linear1.*`, `layers.i.linear2.*`. Embeddings are multiplied by `embedScale` (default √D, as
  * TinyTransformer does). Tokens are looked up as written, then lower-cased.
+ * @throws naming the option or tensor: a bad option, a missing or misshapen tensor, a NaN or ±Infinity
+ * weight (it would turn every traced value into NaN), or layers that disagree on d_k or d_v.
  */
 export function stackFromStateDict(
   dict: Record<string, TensorLike>,
   options: { heads: number; vocab: readonly string[]; embedScale?: number; description?: string },
 ): AttentionStack {
   const fn = 'stackFromStateDict';
+  const fail = (message: string): never => {
+    throw new RangeError(`${fn}: ${message}`);
+  };
+  if (dict === null || typeof dict !== 'object')
+    throw new TypeError(`${fn}: dict must be a record of name → tensor, found ${formatFound(dict)}`);
+  if (options === null || typeof options !== 'object')
+    throw new TypeError(`${fn}: options must be an object, found ${formatFound(options)}`);
+  const H = options.heads;
+  if (!(Number.isSafeInteger(H) && H >= 1)) fail(`heads must be a positive integer, found ${formatFound(H)}`);
+  const vocab = checkVocabulary(options.vocab, 'vocab', fail);
+  if (options.embedScale !== undefined && !Number.isFinite(options.embedScale))
+    fail(`embedScale must be a finite number, found ${formatFound(options.embedScale)}`);
+  if (options.description !== undefined && typeof options.description !== 'string')
+    fail(`description must be a string, found ${formatFound(options.description)}`);
+
   const get = (name: string, rank?: number): Tensor => {
     if (!(name in dict)) {
       throw new Error(`${fn}: missing tensor '${name}' (have: ${Object.keys(dict).slice(0, 8).join(', ')}…)`);
@@ -187,16 +205,24 @@ export function stackFromStateDict(
     if (rank !== undefined && t.rank !== rank) {
       throw new RangeError(`${fn}: '${name}' must have rank ${rank}, got shape ${formatShape(t.shape)}`);
     }
+    const bad = nonFiniteAt(t.data);
+    if (bad) fail(`tensor '${name}' ${bad} (weights must be finite)`);
+    return t;
+  };
+  /** The tensor, which must have exactly `shape` (`what` spells the rule when it helps). */
+  const getShaped = (name: string, shape: number[], what = ''): Tensor => {
+    const t = get(name);
+    if (t.rank !== shape.length || t.shape.some((d, i) => d !== shape[i]))
+      fail(`'${name}' must be ${what}${formatShape(shape)}, got ${formatShape(t.shape)}`);
     return t;
   };
   const emb = get('embedding.weight', 2);
   const [V, D] = emb.shape;
-  if (options.vocab.length !== V) {
+  if (vocab.length !== V) {
     throw new RangeError(
-      `${fn}: vocab has ${options.vocab.length} entries but embedding.weight is ${formatShape(emb.shape)}`,
+      `${fn}: vocab has ${vocab.length} entries but embedding.weight is ${formatShape(emb.shape)}`,
     );
   }
-  const H = options.heads;
   const layers: StackLayer[] = [];
   for (let i = 0; `layers.${i}.norm1.weight` in dict; i++) {
     const p = `layers.${i}.`;
@@ -204,44 +230,61 @@ export function stackFromStateDict(
     const b = get(`${a}in_proj_bias`, 1).data;
     let w3: Tensor[];
     if (`${a}in_proj_weight` in dict) {
-      const w = get(`${a}in_proj_weight`, 2);
-      const rows = w.shape[0] / 3;
-      w3 = [0, 1, 2].map((k) => new Tensor(w.data.slice(k * rows * D, (k + 1) * rows * D), [rows, D]));
+      // PyTorch packs Q, K and V only when all three are D wide: [3D, D].
+      const w = getShaped(`${a}in_proj_weight`, [3 * D, D], '[3·D, D] = ');
+      w3 = [0, 1, 2].map((k) => new Tensor(w.data.slice(k * D * D, (k + 1) * D * D), [D, D]));
     } else {
       w3 = ['q', 'k', 'v'].map((x) => get(`${a}${x}_proj_weight`, 2));
+      if (w3[1].shape[0] !== w3[0].shape[0])
+        fail(`'${a}k_proj_weight' ${formatShape(w3[1].shape)} must match q_proj ${formatShape(w3[0].shape)}`);
     }
     const [wq, wk, wv] = w3;
     const qk = wq.shape[0];
-    if (b.length !== 2 * qk + wv.shape[0]) {
-      throw new RangeError(
-        `${fn}: '${a}in_proj_bias' has ${b.length} values, expected ${2 * qk + wv.shape[0]}`,
-      );
+    const vd = wv.shape[0];
+    if (b.length !== 2 * qk + vd) {
+      throw new RangeError(`${fn}: '${a}in_proj_bias' has ${b.length} values, expected ${2 * qk + vd}`);
     }
     const [bq, bk, bv] = [b.slice(0, qk), b.slice(qk, 2 * qk), b.slice(2 * qk)];
-    if (wq.shape[0] % H !== 0 || wv.shape[0] % H !== 0 || wq.shape[1] !== D) {
+    if (
+      qk === 0 ||
+      vd === 0 ||
+      qk % H !== 0 ||
+      vd % H !== 0 ||
+      wq.shape[1] !== D ||
+      wk.shape[1] !== D ||
+      wv.shape[1] !== D
+    ) {
       throw new RangeError(
         `${fn}: layer ${i} q_proj ${formatShape(wq.shape)} / v_proj ${formatShape(wv.shape)} do not split into ${H} heads over d_model ${D}`,
       );
     }
+    if (i > 0 && (qk !== layers[0].wq.shape[0] || vd !== layers[0].wv.shape[0])) {
+      fail(
+        `layer ${i} has d_k ${qk / H} and d_v ${vd / H} per head but layer 0 has d_k ${layers[0].wq.shape[0] / H} and d_v ${layers[0].wv.shape[0] / H}`,
+      );
+    }
+    const fc1 = get(`${p}linear1.weight`, 2);
+    const F = fc1.shape[0];
+    if (fc1.shape[1] !== D) fail(`'${p}linear1.weight' must be [F, ${D}], got ${formatShape(fc1.shape)}`);
     layers.push({
-      norm1: { weight: get(`${p}norm1.weight`, 1).data, bias: get(`${p}norm1.bias`, 1).data },
+      norm1: { weight: getShaped(`${p}norm1.weight`, [D]).data, bias: getShaped(`${p}norm1.bias`, [D]).data },
       wq,
       wk,
       wv,
       bq,
       bk,
       bv,
-      wo: get(`${p}self_attn.out_proj.weight`, 2),
-      bo: get(`${p}self_attn.out_proj.bias`, 1).data,
-      norm2: { weight: get(`${p}norm2.weight`, 1).data, bias: get(`${p}norm2.bias`, 1).data },
-      fc1: get(`${p}linear1.weight`, 2),
-      b1: get(`${p}linear1.bias`, 1).data,
-      fc2: get(`${p}linear2.weight`, 2),
-      b2: get(`${p}linear2.bias`, 1).data,
+      wo: getShaped(`${a}out_proj.weight`, [D, vd]),
+      bo: getShaped(`${a}out_proj.bias`, [D]).data,
+      norm2: { weight: getShaped(`${p}norm2.weight`, [D]).data, bias: getShaped(`${p}norm2.bias`, [D]).data },
+      fc1,
+      b1: getShaped(`${p}linear1.bias`, [F]).data,
+      fc2: getShaped(`${p}linear2.weight`, [D, F]),
+      b2: getShaped(`${p}linear2.bias`, [D]).data,
     });
   }
   if (layers.length === 0) throw new Error(`${fn}: no layers (expected 'layers.0.norm1.weight' and friends)`);
-  const index = new Map(options.vocab.map((w, i) => [w, i]));
+  const index = new Map(vocab.map((w, i) => [w, i]));
   const embedScale = options.embedScale ?? Math.sqrt(D);
   const embed = (tokens: readonly string[]): Tensor => {
     const x = new Float32Array(tokens.length * D);
@@ -265,6 +308,6 @@ export function stackFromStateDict(
     layers,
     description: options.description ?? `checkpoint (${layers.length} layers, ${H} heads, d_model ${D})`,
     embed,
-    vocab: options.vocab,
+    vocab,
   };
 }
