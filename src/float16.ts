@@ -2,6 +2,8 @@
 // widening back. One decision to know: halves are stored as their bit patterns in a Uint16Array
 // (Float16Array is not in every runtime yet); a 65536-entry table makes widening a lookup.
 
+import { formatValue } from './shape.js';
+
 const f32 = new Float32Array(1);
 const u32 = new Uint32Array(f32.buffer);
 
@@ -10,6 +12,12 @@ const u32 = new Uint32Array(f32.buffer);
  * A float64 argument is first rounded to float32 (tensors hold float32, so that is what they convert).
  */
 export function toHalfBits(x: number): number {
+  if (typeof x !== 'number') throw new TypeError(`toHalfBits: x must be a number, got ${formatValue(x)}`);
+  return halfBitsOf(x);
+}
+
+/** toHalfBits without the type check, for loops over typed arrays. */
+function halfBitsOf(x: number): number {
   f32[0] = x; // first round to float32, as every float32 → float16 conversion does
   const bits = u32[0];
   const sign = (bits >>> 16) & 0x8000;
@@ -35,8 +43,18 @@ export function toHalfBits(x: number): number {
   return sign | r;
 }
 
-/** The number a binary16 bit pattern stands for (exact). */
-export function fromHalfBits(h: number): number {
+/** The number a binary16 bit pattern (an integer in [0, 65535]) stands for (exact). */
+export function fromHalfBits(bits: number): number {
+  if (!(Number.isInteger(bits) && bits >= 0 && bits <= 0xffff)) {
+    throw new RangeError(
+      `fromHalfBits: bits must be an integer in [0, 65535] (a binary16 bit pattern), got ${formatValue(bits)}`,
+    );
+  }
+  return numberOfHalf(bits);
+}
+
+/** fromHalfBits without the range check. */
+function numberOfHalf(h: number): number {
   const sign = h & 0x8000 ? -1 : 1;
   const exp = (h >>> 10) & 0x1f;
   const mant = h & 0x3ff;
@@ -51,7 +69,7 @@ let table: Float32Array | undefined;
 export function halfTable(): Float32Array {
   if (!table) {
     table = new Float32Array(65536);
-    for (let h = 0; h < 65536; h++) table[h] = fromHalfBits(h);
+    for (let h = 0; h < 65536; h++) table[h] = numberOfHalf(h);
   }
   return table;
 }
@@ -67,6 +85,6 @@ export function halfToFloat32(bits: Uint16Array): Float32Array {
 /** Rounds floats to halves (nearest even). */
 export function float32ToHalf(values: ArrayLike<number>): Uint16Array {
   const out = new Uint16Array(values.length);
-  for (let i = 0; i < values.length; i++) out[i] = toHalfBits(values[i]);
+  for (let i = 0; i < values.length; i++) out[i] = halfBitsOf(values[i]);
   return out;
 }

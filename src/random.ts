@@ -2,6 +2,8 @@
 // One decision to know: a `Generator` is a 128-bit xoshiro128** state; the library keeps one
 // default generator (seed 0) that `manualSeed` resets, like torch.manual_seed.
 
+import { formatValue } from './shape.js';
+
 /** A seeded pseudo-random generator (xoshiro128**, seeded through splitmix32). */
 export class Generator {
   private s0 = 0;
@@ -17,7 +19,7 @@ export class Generator {
 
   /** Resets the state from `seed` (any finite number; only its integer part's low 32 bits matter). */
   seed(seed: number): this {
-    if (!Number.isFinite(seed)) throw new RangeError(`Generator: seed must be a finite number, got ${seed}`);
+    checkSeed('Generator', seed);
     // splitmix32 spreads one 32-bit seed over the four words of state.
     let x = Math.trunc(seed) >>> 0;
     const next = (): number => {
@@ -84,6 +86,7 @@ let defaultGenerator = new Generator(0);
 
 /** Reseeds the library's default generator (used when no `seed` or `generator` is given). */
 export function manualSeed(seed: number): void {
+  checkSeed('manualSeed', seed);
   defaultGenerator = new Generator(seed);
 }
 
@@ -100,8 +103,39 @@ export interface RandomOptions {
   generator?: Generator;
 }
 
-/** Resolves `{ seed, generator }` to the generator to draw from. */
-export function resolveGenerator(options: RandomOptions | undefined): Generator {
-  if (options?.seed !== undefined) return new Generator(options.seed);
-  return options?.generator ?? defaultGenerator;
+/**
+ * Resolves `{ seed, generator }` to the generator to draw from; `fn` names the caller when the seed is
+ * not a finite number or the generator is not a Generator.
+ */
+export function resolveGenerator(options: RandomOptions | undefined, fn = 'resolveGenerator'): Generator {
+  if (options?.seed !== undefined) {
+    checkSeed(fn, options.seed);
+    return new Generator(options.seed);
+  }
+  const generator = options?.generator;
+  if (generator === undefined) return defaultGenerator;
+  if (!isGenerator(generator)) {
+    throw new TypeError(`${fn}: generator must be a Generator, got ${formatValue(generator)}`);
+  }
+  return generator;
+}
+
+/** A Generator, or one from another copy of the library (same methods). */
+export function isGenerator(value: unknown): value is Generator {
+  if (value instanceof Generator) return true;
+  const g = value as Partial<Record<'random' | 'uniform' | 'normal' | 'nextUint32', unknown>> | null;
+  return (
+    typeof g === 'object' &&
+    g !== null &&
+    typeof g.random === 'function' &&
+    typeof g.uniform === 'function' &&
+    typeof g.normal === 'function' &&
+    typeof g.nextUint32 === 'function'
+  );
+}
+
+function checkSeed(fn: string, seed: unknown): void {
+  if (typeof seed !== 'number' || !Number.isFinite(seed)) {
+    throw new RangeError(`${fn}: seed must be a finite number, got ${formatValue(seed)}`);
+  }
 }

@@ -2,10 +2,21 @@
 // One decision to know: a Tensor is immutable in shape but its data is a plain typed array that callers
 // may read and write; ops never alias their outputs to their inputs (reshape is the one view). Data is
 // float32, or float16 stored as bit patterns in a Uint16Array (half the memory; see float16.ts).
+// The exception to "wrapped, not copied": data over a resizable ArrayBuffer is copied (see the constructor).
 
 import { float32ToHalf, fromHalfBits, halfToFloat32 } from './float16.js';
 import { type RandomOptions, resolveGenerator } from './random.js';
-import { checkShape, formatShape, sizeOf, stridesOf } from './shape.js';
+import {
+  checkAllocation,
+  checkFinite,
+  checkOptionNames,
+  checkShape,
+  formatShape,
+  formatValue,
+  MAX_RANK,
+  sizeOf,
+  stridesOf,
+} from './shape.js';
 
 /** A number or arbitrarily nested arrays of numbers, as `Tensor.from` takes and `toArray` returns. */
 export type NestedArray = number | readonly NestedArray[];
@@ -35,7 +46,9 @@ export class Tensor<D extends DType = 'float32'> {
 
   /**
    * Wraps `data` (not copied) with `shape`. For float16, pass a Uint16Array of bit patterns (or a
-   * Float16Array where the runtime has one) and dtype 'float16'.
+   * Float16Array where the runtime has one) and dtype 'float16'. Data over a resizable ArrayBuffer is
+   * copied, and data over a growable SharedArrayBuffer is seen through a fixed-length view (still shared),
+   * so the tensor's elements cannot change length or go out of bounds when the buffer is resized.
    * @throws if `data` does not match the dtype, a size is negative or not an integer, or the length does not match.
    */
   constructor(data: NoInfer<DataOf<D>>, shape: readonly number[], dtype: D = 'float32' as D) {
@@ -49,7 +62,7 @@ export class Tensor<D extends DType = 'float32'> {
         );
       }
     } else if (dtype !== 'float32') {
-      throw new TypeError(`Tensor: dtype must be 'float32' or 'float16', got ${JSON.stringify(dtype)}`);
+      throw new TypeError(`Tensor: dtype must be 'float32' or 'float16', got ${formatValue(dtype)}`);
     } else if (!isArrayOf(data, 'Float32Array') && !(data instanceof Float32Array)) {
       throw new TypeError(
         `Tensor: data must be a Float32Array, got ${describe(data)} (use Tensor.from for nested arrays${isArrayOf(data, 'Uint16Array') ? ", or dtype 'float16' for half bits" : ''})`,
@@ -62,7 +75,7 @@ export class Tensor<D extends DType = 'float32'> {
         `Tensor: data has ${data.length} elements but shape ${formatShape(shape)} needs ${size}`,
       );
     }
-    this.data = data;
+    this.data = fixedLength(data);
     this.shape = Object.freeze([...shape]);
     this.dtype = dtype;
   }
@@ -92,11 +105,17 @@ export class Tensor<D extends DType = 'float32'> {
     const shape: number[] = [];
     let level: NestedArray = values;
     while (Array.isArray(level)) {
+      // Bounds the recursion of fill below, and ends a self-containing array instead of looping.
+      if (shape.length === MAX_RANK) {
+        throw new RangeError(
+          `Tensor.from: nested arrays are deeper than ${MAX_RANK} levels; a tensor has rank ≤ ${MAX_RANK}`,
+        );
+      }
       shape.push(level.length);
       if (level.length === 0) break;
       level = (level as readonly NestedArray[])[0];
     }
-    const data = new Float32Array(sizeOf(shape));
+    const data = allocate('Tensor.from', shape);
     let offset = 0;
     const path: number[] = []; // indices of the node being filled: one mutable stack, read only for errors
     const fill = (node: NestedArray, depth: number): void => {
@@ -128,13 +147,16 @@ export class Tensor<D extends DType = 'float32'> {
   /** A tensor of zeros. */
   static zeros(shape: readonly number[]): Tensor {
     checkShape(shape, 'Tensor.zeros');
-    return new Tensor(new Float32Array(sizeOf(shape)), shape);
+    return new Tensor(allocate('Tensor.zeros', shape), shape);
   }
 
-  /** A tensor with every element equal to `value`. */
+  /** A tensor with every element equal to `value` (any number, ±Infinity and NaN included). */
   static full(shape: readonly number[], value: number): Tensor {
     checkShape(shape, 'Tensor.full');
-    return new Tensor(new Float32Array(sizeOf(shape)).fill(value), shape);
+    if (typeof value !== 'number') {
+      throw new TypeError(`Tensor.full: value must be a number, got ${formatValue(value)}`);
+    }
+    return new Tensor(allocate('Tensor.full', shape).fill(value), shape);
   }
 
   /** Normal samples N(mean, std²) from a seeded generator: the same seed gives the same tensor. */
@@ -142,10 +164,14 @@ export class Tensor<D extends DType = 'float32'> {
     shape: readonly number[],
     options: RandomOptions & { mean?: number; std?: number } = {},
   ): Tensor {
-    checkShape(shape, 'Tensor.randn');
-    const gen = resolveGenerator(options);
+    const fn = 'Tensor.randn';
+    checkShape(shape, fn);
+    checkOptionNames(fn, options, ['seed', 'generator', 'mean', 'std']);
     const { mean = 0, std = 1 } = options;
-    const data = new Float32Array(sizeOf(shape));
+    checkFinite(fn, 'mean', mean);
+    checkFinite(fn, 'std', std, '≥ 0');
+    const gen = resolveGenerator(options, fn);
+    const data = allocate(fn, shape);
     for (let i = 0; i < data.length; i++) data[i] = gen.normal(mean, std);
     return new Tensor(data, shape);
   }
@@ -155,10 +181,15 @@ export class Tensor<D extends DType = 'float32'> {
     shape: readonly number[],
     options: RandomOptions & { low?: number; high?: number } = {},
   ): Tensor {
-    checkShape(shape, 'Tensor.rand');
-    const gen = resolveGenerator(options);
+    const fn = 'Tensor.rand';
+    checkShape(shape, fn);
+    checkOptionNames(fn, options, ['seed', 'generator', 'low', 'high']);
     const { low = 0, high = 1 } = options;
-    const data = new Float32Array(sizeOf(shape));
+    checkFinite(fn, 'low', low);
+    checkFinite(fn, 'high', high);
+    if (low > high) throw new RangeError(`${fn}: low=${low} is greater than high=${high}`);
+    const gen = resolveGenerator(options, fn);
+    const data = allocate(fn, shape);
     for (let i = 0; i < data.length; i++) data[i] = gen.uniform(low, high);
     return new Tensor(data, shape);
   }
@@ -187,7 +218,7 @@ export class Tensor<D extends DType = 'float32'> {
       const x = index[i];
       if (!Number.isInteger(x) || x < 0 || x >= this.shape[i]) {
         throw new RangeError(
-          `Tensor.get: index ${x} out of range for axis ${i} of shape ${formatShape(this.shape)}`,
+          `Tensor.get: index ${formatValue(x)} out of range for axis ${i} of shape ${formatShape(this.shape)}`,
         );
       }
       offset += x * strides[i];
@@ -209,11 +240,14 @@ export class Tensor<D extends DType = 'float32'> {
     if (dtype === 'float16') return new Tensor(float32ToHalf(this.data) as DataOf<T>, this.shape, dtype);
     if (dtype === 'float32')
       return new Tensor(halfToFloat32(this.data as Uint16Array) as DataOf<T>, this.shape, dtype);
-    throw new TypeError(`Tensor.to: dtype must be 'float32' or 'float16', got ${JSON.stringify(dtype)}`);
+    throw new TypeError(`Tensor.to: dtype must be 'float32' or 'float16', got ${formatValue(dtype)}`);
   }
 
   /** The same data seen with another shape of the same size; one size may be -1 (inferred). */
   reshape(shape: readonly number[]): Tensor<D> {
+    if (!Array.isArray(shape)) {
+      throw new TypeError(`Tensor.reshape: shape must be an array of sizes, got ${formatValue(shape)}`);
+    }
     const out = [...shape];
     const free = out.indexOf(-1);
     if (free !== -1) {
@@ -260,6 +294,38 @@ export function toTensor(value: TensorLike | Tensor<DType>, fn: string, arg: str
     }
   }
   throw new TypeError(`${fn}: ${arg} must be a Tensor or nested number arrays, got ${describe(value)}`);
+}
+
+/**
+ * A new Float32Array for `shape`, or an error naming `fn`, the shape and the bytes it needs: checked up
+ * front against MAX_ELEMENTS, and at allocation for engines with lower limits or a host out of memory.
+ */
+function allocate(fn: string, shape: readonly number[]): Float32Array {
+  checkAllocation(fn, 'shape', shape, 4);
+  try {
+    return new Float32Array(sizeOf(shape));
+  } catch (err) {
+    if (!(err instanceof RangeError)) throw err;
+    const n = sizeOf(shape);
+    throw new RangeError(
+      `${fn}: cannot allocate shape ${formatShape(shape)} (${n} elements, ${4 * n} bytes): ${err.message}`,
+    );
+  }
+}
+
+/**
+ * `data` as a view whose length can never change. A resizable ArrayBuffer may shrink under any view of it
+ * (a fixed-length view then goes out of bounds and reads undefined), and ops read `tensor.data` directly,
+ * so no check on use could catch it: such data is copied, once, here. A growable SharedArrayBuffer only
+ * grows, so a fixed-length view over it stays valid and keeps sharing the memory (its purpose); only a
+ * length-tracking view of it is replaced. Ordinary buffers are wrapped as they are.
+ */
+function fixedLength<T extends Float32Array | Uint16Array>(data: T): T {
+  const buffer = data.buffer as ArrayBufferLike & { resizable?: boolean; growable?: boolean };
+  const Ctor = data.constructor as new (buffer: ArrayBufferLike, offset: number, length: number) => T;
+  if (buffer.resizable === true) return data.slice() as T;
+  if (buffer.growable === true) return new Ctor(buffer, data.byteOffset, data.length);
+  return data;
 }
 
 function describe(x: unknown): string {

@@ -5,7 +5,7 @@
 
 import { linear, swapMiddle } from '../kernels/matmul.js';
 import { type Generator, type RandomOptions, resolveGenerator } from '../random.js';
-import { formatShape, sizeOf } from '../shape.js';
+import { checkAllocation, checkBoolean, checkInteger, formatShape, sizeOf } from '../shape.js';
 import { Tensor, type TensorLike, toTensor } from '../tensor.js';
 import { type AttentionOptions, checkBroadcast, checkOptionNames, planAttention } from './plan.js';
 import { runKernel } from './sdpa.js';
@@ -174,16 +174,19 @@ export class MultiHeadAttention {
       bias = true,
     } = options;
     for (const [name, value] of Object.entries({ embedDim, numHeads, numKvHeads, kdim, vdim })) {
-      if (!Number.isSafeInteger(value) || value < 1) {
-        throw new RangeError(`${CTOR}: ${name} must be a positive integer, got ${String(value)}`);
-      }
+      checkInteger(CTOR, name, value, 1);
     }
+    checkBoolean(CTOR, 'bias', bias);
     if (embedDim % numHeads !== 0) {
       throw new RangeError(`${CTOR}: embedDim=${embedDim} is not divisible by numHeads=${numHeads}`);
     }
     if (numHeads % numKvHeads !== 0) {
       throw new RangeError(`${CTOR}: numHeads=${numHeads} is not a multiple of numKvHeads=${numKvHeads}`);
     }
+    const kvWidth = numKvHeads * (embedDim / numHeads);
+    checkAllocation(CTOR, 'qProjWeight', [embedDim, embedDim], 4);
+    checkAllocation(CTOR, 'kProjWeight', [kvWidth, kdim], 4);
+    checkAllocation(CTOR, 'vProjWeight', [kvWidth, vdim], 4);
     this.embedDim = embedDim;
     this.numHeads = numHeads;
     this.numKvHeads = numKvHeads;
@@ -194,8 +197,7 @@ export class MultiHeadAttention {
 
     // PyTorch's _reset_parameters: Xavier-uniform in-projections (over the packed [3D, D] matrix when it
     // is packed), Linear's default U(±1/√D) for out_proj.weight, zero biases.
-    const gen = resolveGenerator(options);
-    const kvWidth = numKvHeads * this.headDim;
+    const gen = resolveGenerator(options, CTOR);
     if (this.packed) {
       const bound = Math.sqrt(6 / (embedDim + 3 * embedDim));
       this.qProjWeight = uniform([embedDim, embedDim], bound, gen);

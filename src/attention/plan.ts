@@ -4,7 +4,7 @@
 
 import { KERNEL_NAMES, type KernelName } from '../kernels/registry.js';
 import type { AttentionProblem, BroadcastView } from '../kernels/types.js';
-import { broadcastStrides, formatShape } from '../shape.js';
+import { broadcastStrides, checkAllocation, checkOptionNames, formatShape, formatValue } from '../shape.js';
 import { type DType, Tensor, type TensorLike, toTensor } from '../tensor.js';
 
 /** A tensor argument of the attention functions: float32 or float16 Tensor, or nested arrays. */
@@ -46,17 +46,8 @@ export type AnyResultOptions<O> = Omit<O, 'dtype'> & { dtype?: DType };
 
 const OPTION_NAMES = ['mask', 'bias', 'causal', 'window', 'scale', 'kernel', 'dtype'] as const;
 
-/** Throws on option names the function does not know (a typo like `casual` must not pass silently). */
-export function checkOptionNames(fn: string, options: object, known: readonly string[]): void {
-  if (options === null || typeof options !== 'object') {
-    throw new TypeError(`${fn}: options must be an object, got ${String(options)}`);
-  }
-  for (const key of Object.keys(options)) {
-    if (!known.includes(key)) {
-      throw new TypeError(`${fn}: unknown option '${key}' (known options: ${known.join(', ')})`);
-    }
-  }
-}
+// Lives in shape.ts (tensor.ts and the position helpers use it too); re-exported for the layers.
+export { checkOptionNames };
 
 /** Tensors of a checked call, plus the shapes a caller needs to build its outputs. */
 export interface AttentionPlan {
@@ -143,6 +134,10 @@ export function planAttention(
 
   const outShape = [...q.shape.slice(0, -1), Ev];
   const weightsShape = [...q.shape.slice(0, -1), S];
+  // Every caller allocates the output (float32, whatever the result dtype) when there is a value, and the
+  // weights when there is not; a caller that also wants the weights checks them itself.
+  if (v) checkAllocation(fn, 'the output', outShape, 4, ` (${shapes()})`);
+  else checkAllocation(fn, 'the weights', weightsShape, 4, ` (${shapes()})`);
   const mask = resolveBroadcast(fn, 'mask', options.mask, weightsShape, shapes);
   const bias = resolveBroadcast(fn, 'bias', options.bias, weightsShape, shapes);
 
@@ -152,7 +147,7 @@ export function planAttention(
       const got =
         typeof options.scale === 'number'
           ? String(options.scale)
-          : `${JSON.stringify(options.scale)} (${typeof options.scale})`;
+          : `${formatValue(options.scale)} (${typeof options.scale})`;
       throw new RangeError(`${fn}: scale must be a finite number, got ${got}`);
     }
     scale = options.scale;
@@ -160,20 +155,20 @@ export function planAttention(
 
   const dtype = options.dtype ?? 'float32';
   if (dtype !== 'float32' && dtype !== 'float16') {
-    throw new TypeError(`${fn}: dtype must be 'float32' or 'float16', got ${JSON.stringify(dtype)}`);
+    throw new TypeError(`${fn}: dtype must be 'float32' or 'float16', got ${formatValue(dtype)}`);
   }
 
   const kernel = options.kernel ?? 'auto';
   if (!KERNEL_NAMES.includes(kernel)) {
     throw new TypeError(
-      `${fn}: kernel must be one of ${KERNEL_NAMES.join(', ')}, got ${JSON.stringify(kernel)}`,
+      `${fn}: kernel must be one of ${KERNEL_NAMES.join(', ')}, got ${formatValue(kernel)}`,
     );
   }
 
   const causal = options.causal ?? false;
   if (causal !== true && causal !== false && causal !== 'bottom-right' && causal !== 'top-left') {
     throw new TypeError(
-      `${fn}: causal must be true, false, 'bottom-right' or 'top-left', got ${JSON.stringify(causal)}`,
+      `${fn}: causal must be true, false, 'bottom-right' or 'top-left', got ${formatValue(causal)}`,
     );
   }
   const shift = causal === 'top-left' ? 0 : S - L;
@@ -222,7 +217,7 @@ function resolveWindow(fn: string, window: unknown): [number, number] {
     window.every((w) => typeof w === 'number' && Number.isInteger(w) && w >= -1);
   if (!ok) {
     throw new RangeError(
-      `${fn}: window must be [left, right] with integers ≥ 0, or −1 for unbounded, got ${JSON.stringify(window)}`,
+      `${fn}: window must be [left, right] with integers ≥ 0, or −1 for unbounded, got ${formatValue(window)}`,
     );
   }
   const [l, r] = window as number[];

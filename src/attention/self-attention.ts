@@ -4,7 +4,7 @@
 
 import { matmul } from '../kernels/matmul.js';
 import { type RandomOptions, resolveGenerator } from '../random.js';
-import { formatShape } from '../shape.js';
+import { checkAllocation, checkInteger, formatShape } from '../shape.js';
 import { Tensor, type TensorLike, toTensor } from '../tensor.js';
 import { type CausalOption, checkBroadcast, checkOptionNames } from './plan.js';
 import { attendWithWeights } from './sdpa.js';
@@ -45,15 +45,14 @@ export class SelfAttention {
   constructor(options: SelfAttentionOptions) {
     checkOptionNames('SelfAttention', options, ['dModel', 'dK', 'dV', 'seed', 'generator']);
     const { dModel, dK, dV } = options;
-    for (const [name, value] of Object.entries({ dModel, dK, dV })) {
-      if (!Number.isSafeInteger(value) || value < 1) {
-        throw new RangeError(`SelfAttention: ${name} must be a positive integer, got ${String(value)}`);
-      }
-    }
+    for (const [name, value] of Object.entries({ dModel, dK, dV }))
+      checkInteger('SelfAttention', name, value, 1);
+    checkAllocation('SelfAttention', 'WQ', [dModel, dK], 4);
+    checkAllocation('SelfAttention', 'WV', [dModel, dV], 4);
     this.dModel = dModel;
     this.dK = dK;
     this.dV = dV;
-    const gen = resolveGenerator(options);
+    const gen = resolveGenerator(options, 'SelfAttention');
     const xavier = (cols: number) => {
       const bound = Math.sqrt(6 / (dModel + cols));
       return Tensor.rand([dModel, cols], { low: -bound, high: bound, generator: gen });
@@ -87,7 +86,9 @@ export class SelfAttention {
 
   /**
    * X [n, dModel] (or [B, n, dModel]); mask [n, n], 1 = may attend, 0 = blocked (the article's polarity).
-   * `options.causal` adds a causal mask; `options.scale` replaces 1/√dK (0 < scale; 1 turns scaling off).
+   * `options.causal` adds a causal mask; `options.scale` replaces 1/√dK (1 turns scaling off). Any finite
+   * scale is accepted, as by scaledDotProductAttention and PyTorch: 0 gives uniform weights, a negative
+   * scale prefers the least similar keys.
    */
   forward(
     X: TensorLike,
@@ -103,16 +104,17 @@ export class SelfAttention {
     }
     const rows = x.size / this.dModel;
     const lead = x.shape.slice(0, -1);
-    const project = (w: Tensor, cols: number) =>
-      new Tensor(matmul(x.data, rows, this.dModel, w.data, cols), [...lead, cols]);
-    const Q = project(this.#WQ, this.dK); // [n, dK]
-    const K = project(this.#WK, this.dK); // [n, dK]
-    const V = project(this.#WV, this.dV); // [n, dV]
     const n = x.shape[x.rank - 2];
     const target = [...lead.slice(0, -1), n, n];
     const maskTensor = mask === undefined ? undefined : toTensor(mask, FORWARD, 'mask');
     const shapes = `X ${formatShape(x.shape)}${maskTensor ? `, mask ${formatShape(maskTensor.shape)}` : ''}`;
     checkBroadcast(FORWARD, 'mask', maskTensor, target, x.rank === 3 ? '[B, n, n]' : '[n, n]', shapes);
+    checkAllocation(FORWARD, 'the attention weights', target, 4, ` (${shapes})`); // the output is checked by planAttention
+    const project = (w: Tensor, cols: number) =>
+      new Tensor(matmul(x.data, rows, this.dModel, w.data, cols), [...lead, cols]);
+    const Q = project(this.#WQ, this.dK); // [n, dK]
+    const K = project(this.#WK, this.dK); // [n, dK]
+    const V = project(this.#WV, this.dV); // [n, dV]
     const attention = maskTensor === undefined ? options : { ...options, mask: maskTensor };
     const { output, weights } = attendWithWeights(FORWARD, Q, K, V, attention);
     return { output, attentionWeights: weights };

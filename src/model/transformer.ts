@@ -9,7 +9,15 @@ import { attention } from '../autograd/attention.js';
 import { add, dropout, embedding, gelu, layerNorm, linear, scale, splitLast } from '../autograd/ops.js';
 import { constant, type Floats, parameter, type Var } from '../autograd/var.js';
 import { sinusoidalPositionalEncoding } from '../position/sinusoidal.js';
-import { Generator } from '../random.js';
+import { Generator, isGenerator } from '../random.js';
+import {
+  checkAllocation,
+  checkBoolean,
+  checkFinite,
+  checkInteger,
+  checkOptionNames,
+  formatValue,
+} from '../shape.js';
 import { Tensor } from '../tensor.js';
 
 /** Shape of a TinyTransformer. */
@@ -56,13 +64,27 @@ export class TinyTransformer {
     config: TransformerConfig,
     { seed = 0, dtype = 'float32' }: { seed?: number; dtype?: 'float32' | 'float64' } = {},
   ) {
+    if (config === null || typeof config !== 'object') {
+      throw new TypeError(`${FN}: config must be an object, got ${formatValue(config)}`);
+    }
     const c = { scaleScores: true, dropout: 0, ...config };
     for (const key of ['vocabSize', 'dModel', 'numHeads', 'numLayers', 'dFF', 'maxLen'] as const) {
-      if (!Number.isSafeInteger(c[key]) || c[key] < 1)
-        throw new RangeError(`${FN}: ${key} must be a positive integer, got ${c[key]}`);
+      checkInteger(FN, key, c[key], 1);
+    }
+    checkBoolean(FN, 'causal', c.causal);
+    checkBoolean(FN, 'scaleScores', c.scaleScores);
+    if (!(typeof c.dropout === 'number' && c.dropout >= 0 && c.dropout < 1)) {
+      throw new RangeError(`${FN}: dropout must be a number in [0, 1), got ${formatValue(c.dropout)}`);
+    }
+    checkFinite(FN, 'seed', seed);
+    if (dtype !== 'float32' && dtype !== 'float64') {
+      throw new TypeError(`${FN}: dtype must be 'float32' or 'float64', got ${formatValue(dtype)}`);
     }
     if (c.dModel % c.numHeads !== 0)
       throw new RangeError(`${FN}: dModel=${c.dModel} is not divisible by numHeads=${c.numHeads}`);
+    const bytes = dtype === 'float64' ? 8 : 4;
+    for (const [name, shape] of transformerParameterShapes(c)) checkAllocation(FN, name, shape, bytes);
+    checkAllocation(FN, 'the positional table', [c.maxLen, c.dModel], 4);
     this.config = c;
     const { vocabSize: V, dModel: D, dFF: F } = c;
     const gen = new Generator(seed);
@@ -130,13 +152,35 @@ export class TinyTransformer {
     L: number,
     options: ForwardOptions = {},
   ): { logits: Var; weights: Tensor[] } {
-    const { dModel: D, numHeads: H, causal, maxLen, scaleScores } = this.config;
+    const { dModel: D, numHeads: H, causal, maxLen, scaleScores, vocabSize } = this.config;
+    const fwd = `${FN}.forward`;
+    if (Object.prototype.toString.call(ids) !== '[object Int32Array]') {
+      throw new TypeError(`${fwd}: ids must be an Int32Array of token ids, got ${formatValue(ids)}`);
+    }
+    checkInteger(fwd, 'B', B, 0);
+    checkInteger(fwd, 'L', L, 0);
     if (ids.length !== B * L)
-      throw new RangeError(`${FN}.forward: ids has ${ids.length} elements, expected B·L = ${B}·${L}`);
-    if (L > maxLen) throw new RangeError(`${FN}.forward: L=${L} is longer than maxLen=${maxLen}`);
+      throw new RangeError(`${fwd}: ids has ${ids.length} elements, expected B·L = ${B}·${L}`);
+    if (L > maxLen) throw new RangeError(`${fwd}: L=${L} is longer than maxLen=${maxLen}`);
+    for (let i = 0; i < ids.length; i++) {
+      if (!(ids[i] >= 0 && ids[i] < vocabSize)) {
+        throw new RangeError(`${fwd}: ids[${i}] = ${ids[i]} is outside [0, vocabSize=${vocabSize})`);
+      }
+    }
+    checkOptionNames(fwd, options, ['mask', 'training', 'generator', 'needWeights']);
     const { mask, training = false, generator, needWeights = false } = options;
+    checkBoolean(fwd, 'training', training);
+    checkBoolean(fwd, 'needWeights', needWeights);
+    if (generator !== undefined && !isGenerator(generator)) {
+      throw new TypeError(`${fwd}: generator must be a Generator, got ${formatValue(generator)}`);
+    }
+    if (mask !== undefined && !(mask instanceof Tensor)) {
+      throw new TypeError(
+        `${fwd}: mask must be a Tensor broadcastable to [B, H, L, L], got ${formatValue(mask)}`,
+      );
+    }
     const pDrop = training ? this.config.dropout : 0;
-    if (pDrop > 0 && !generator) throw new Error(`${FN}.forward: training with dropout needs a generator`);
+    if (pDrop > 0 && !generator) throw new Error(`${fwd}: training with dropout needs a generator`);
     const drop = (x: Var) => (pDrop > 0 ? dropout(x, pDrop, generator!) : x);
 
     const pos = constant(this.positions.subarray(0, L * D), [L, D]);

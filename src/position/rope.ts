@@ -3,7 +3,7 @@
 // One decision to know: the default pairs feature d with d + E/2 (rotate-half, as GPT-NeoX and Hugging
 // Face LLaMA); `interleaved: true` pairs 2d with 2d + 1 (as GPT-J and the paper).
 
-import { formatShape } from '../shape.js';
+import { checkBoolean, checkOptionNames, formatShape, formatValue } from '../shape.js';
 import { Tensor, type TensorLike, toTensor } from '../tensor.js';
 
 /** Options of applyRope. */
@@ -25,21 +25,18 @@ export interface RopeOptions {
 export function applyRope(x: TensorLike, options: RopeOptions = {}): Tensor {
   const fn = 'applyRope';
   const t = toTensor(x, fn, 'x');
-  for (const key of Object.keys(options)) {
-    if (!['base', 'offset', 'interleaved'].includes(key)) {
-      throw new TypeError(`${fn}: unknown option '${key}' (known options: base, offset, interleaved)`);
-    }
-  }
+  checkOptionNames(fn, options, ['base', 'offset', 'interleaved']);
   const { base = 10000, offset = 0, interleaved = false } = options;
+  checkBoolean(fn, 'interleaved', interleaved);
   if (t.rank < 2) throw new RangeError(`${fn}: x must be [..., L, E], got ${formatShape(t.shape)}`);
   const [L, E] = t.shape.slice(-2);
   if (E % 2 !== 0)
     throw new RangeError(`${fn}: x has odd E=${E}; RoPE rotates pairs (x ${formatShape(t.shape)})`);
   if (!(typeof base === 'number' && Number.isFinite(base) && base > 0)) {
-    throw new RangeError(`${fn}: base must be a positive finite number, got ${String(base)}`);
+    throw new RangeError(`${fn}: base must be a positive finite number, got ${formatValue(base)}`);
   }
   if (!Number.isSafeInteger(offset) || offset < 0) {
-    throw new RangeError(`${fn}: offset must be a non-negative integer, got ${String(offset)}`);
+    throw new RangeError(`${fn}: offset must be a non-negative integer, got ${formatValue(offset)}`);
   }
 
   const half = E / 2;
