@@ -5,12 +5,13 @@
 
 import { crossEntropy } from '../autograd/ops.js';
 import { AdamW, clipGradNorm, warmupCosine } from '../autograd/optim.js';
-import { backward } from '../autograd/var.js';
+import { backward, noGrad } from '../autograd/var.js';
 import { TinyTransformer, type TransformerConfig } from '../model/transformer.js';
 import { Generator } from '../random.js';
+import { checkFinite, checkInteger, checkOptionNames, formatValue } from '../shape.js';
 import type { Tensor } from '../tensor.js';
 import { pronounTask } from './pronoun.js';
-import { sequenceTask, type Task } from './tasks.js';
+import { sequenceTask, type Task, type TaskDefaults } from './tasks.js';
 
 /** The names `qkv train --task` and getTask accept (scaling is a CLI experiment built on `copy`). */
 export const TASK_NAMES = ['pronoun', 'copy', 'reverse'] as const;
@@ -51,6 +52,71 @@ export interface StepInfo {
   tokens: number;
 }
 
+const TRAINER_OPTIONS = [
+  'task',
+  'seed',
+  'steps',
+  'batchSize',
+  'lr',
+  'warmup',
+  'weightDecay',
+  'clip',
+  'model',
+];
+
+/**
+ * Resolves a Trainer's options against the task's defaults and checks every one: a NaN or 0 `steps` would
+ * make `done` never (or always) true, a NaN lr would train to NaN. Errors say when a bad value came from
+ * the task's defaults rather than the options.
+ */
+function checkTrainerOptions(options: TrainerOptions) {
+  const fn = 'Trainer';
+  checkOptionNames(fn, options, TRAINER_OPTIONS);
+  const given = options.task;
+  let task: Task;
+  if (typeof given === 'string') task = getTask(given);
+  else if (
+    given !== null &&
+    typeof given === 'object' &&
+    typeof given.batch === 'function' &&
+    given.defaults !== null &&
+    typeof given.defaults === 'object'
+  ) {
+    task = given;
+  } else {
+    throw new TypeError(
+      `${fn}: task must be a task name (${TASK_NAMES.join(', ')}) or a Task, got ${formatValue(given)}`,
+    );
+  }
+  // The value of a task-default option, and its name as the message should say it.
+  const resolve = <K extends keyof TaskDefaults>(key: K): [unknown, string] =>
+    options[key] !== undefined
+      ? [options[key], key]
+      : [task.defaults[key], `${key} (from the task's defaults)`];
+  const [steps, stepsName] = resolve('steps');
+  checkInteger(fn, stepsName, steps, 1);
+  const [batchSize, batchName] = resolve('batchSize');
+  checkInteger(fn, batchName, batchSize, 1);
+  const [lr, lrName] = resolve('lr');
+  checkFinite(fn, lrName, lr, '> 0');
+  const [warmup, warmupName] = resolve('warmup');
+  checkInteger(fn, warmupName, warmup, 0);
+  const { seed = 0, weightDecay = 0.01, clip = 1, model = {} } = options;
+  checkFinite(fn, 'seed', seed);
+  checkFinite(fn, 'weightDecay', weightDecay, '≥ 0');
+  if (!(typeof clip === 'number' && clip > 0)) {
+    throw new RangeError(
+      `${fn}: clip must be a number > 0 (Infinity turns clipping off), got ${formatValue(clip)}`,
+    );
+  }
+  if (model === null || typeof model !== 'object') {
+    throw new TypeError(
+      `${fn}: model must be an object of TransformerConfig overrides, got ${formatValue(model)}`,
+    );
+  }
+  return { task, seed, steps, batchSize, lr, warmup, weightDecay, clip, model };
+}
+
 /** Trains a TinyTransformer on a task, one `trainStep()` at a time. */
 export class Trainer {
   readonly task: Task;
@@ -67,19 +133,16 @@ export class Trainer {
   private readonly dropoutGen: Generator;
 
   constructor(options: TrainerOptions) {
-    this.task = typeof options.task === 'string' ? getTask(options.task) : options.task;
-    const d = this.task.defaults;
-    this.seed = options.seed ?? 0;
-    this.steps = options.steps ?? d.steps;
-    this.batchSize = options.batchSize ?? d.batchSize;
-    this.clip = options.clip ?? 1;
-    this.model = new TinyTransformer({ ...this.task.model, ...options.model }, { seed: this.seed });
-    this.optimizer = new AdamW(this.model.parameters(), { weightDecay: options.weightDecay ?? 0.01 });
-    this.schedule = warmupCosine({
-      maxLr: options.lr ?? d.lr,
-      warmup: options.warmup ?? d.warmup,
-      total: this.steps,
-    });
+    const { task, seed, steps, batchSize, lr, warmup, weightDecay, clip, model } =
+      checkTrainerOptions(options);
+    this.task = task;
+    this.seed = seed;
+    this.steps = steps;
+    this.batchSize = batchSize;
+    this.clip = clip;
+    this.model = new TinyTransformer({ ...task.model, ...model }, { seed });
+    this.optimizer = new AdamW(this.model.parameters(), { weightDecay });
+    this.schedule = warmupCosine({ maxLr: lr, warmup, total: steps });
     // Separate streams: the model's initial weights do not depend on how much data was drawn.
     this.data = new Generator(this.seed + 0x51ed);
     this.dropoutGen = new Generator(this.seed + 0xd0);
@@ -112,19 +175,28 @@ export class Trainer {
     return { step: this.step, loss: loss.data[0], lr, gradNorm, tokens: batch.B * batch.L };
   }
 
-  /** Mean loss over `batches` fresh batches of a split, without training (for held-out curves). */
+  /**
+   * Mean loss over `batches` fresh batches of a split, without training (for held-out curves). One
+   * batch of `batchSize` at a time and without the autograd tape, so memory is one batch's forward
+   * whatever `batches` is.
+   */
   evaluate(split: 'train' | 'test' = 'test', batches = 4, seed = 777): number {
     const gen = new Generator(seed);
     let total = 0;
     for (let i = 0; i < batches; i++) {
       const b = this.task.batch(gen, this.batchSize, split);
-      total += crossEntropy(this.model.forward(b.ids, b.B, b.L, { mask: b.mask }).logits, b.targets).data[0];
+      total += noGrad(
+        () => crossEntropy(this.model.forward(b.ids, b.B, b.L, { mask: b.mask }).logits, b.targets).data[0],
+      );
     }
     return total / batches;
   }
 
-  /** Attention weights of every layer ([B, H, L, L] each) on a batch of token ids, e.g. for live maps. */
+  /**
+   * Attention weights of every layer ([B, H, L, L] each) on a batch of token ids, e.g. for live maps.
+   * No tape is recorded: only the weights outlive the call.
+   */
   attention(ids: Int32Array, B: number, L: number, mask?: Tensor): Tensor[] {
-    return this.model.forward(ids, B, L, { mask, needWeights: true }).weights;
+    return noGrad(() => this.model.forward(ids, B, L, { mask, needWeights: true }).weights);
   }
 }
