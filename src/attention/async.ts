@@ -3,12 +3,12 @@
 // One decision to know: work below ~4 MFLOP runs inline (a worker round trip costs more), and without
 // shared memory (a page that is not cross-origin isolated) the call runs on this thread and says so once.
 
-import { chooseKernel } from '../kernels/registry.js';
+import { chooseKernel, fallbackFor } from '../kernels/registry.js';
 import { float32Problem } from '../kernels/types.js';
 import { sizeOf } from '../shape.js';
 import type { DType, Tensor } from '../tensor.js';
 import { browserPlatform } from '../threads/browser.js';
-import { type Platform, Pool } from '../threads/pool.js';
+import { DEFAULT_IDLE_MS, type Platform, Pool } from '../threads/pool.js';
 import type { Job, Span } from '../threads/protocol.js';
 import {
   type AnyResultOptions,
@@ -21,7 +21,11 @@ import { result, runKernel } from './sdpa.js';
 
 /** Options of scaledDotProductAttentionAsync: those of scaledDotProductAttention, plus `threads`. */
 export interface AsyncAttentionOptions extends AttentionOptions {
-  /** Worker threads to use; default all cores. */
+  /**
+   * Worker threads to use; default all cores. Capped at the core count (`os.availableParallelism()` in
+   * Node, `navigator.hardwareConcurrency` in browsers): more workers than cores only cost memory (each is
+   * a JS heap and a WASM instance, ~10 MB), so `threads: 256` on 8 cores runs 8 workers.
+   */
   threads?: number;
 }
 
@@ -29,26 +33,45 @@ const FN = 'scaledDotProductAttentionAsync';
 const INLINE_FLOPS = 1 << 22;
 
 let platform: Platform = browserPlatform;
+let idleMs = DEFAULT_IDLE_MS;
 
-// The largest shared buffer seen is kept between calls and reused. Allocating and zeroing megabytes each
-// call is a measurable part of a 40 ms call; worse, a worker's heap keeps every buffer it was sent alive
-// until that worker collects garbage, which an idle worker rarely does, so a fresh buffer per call
-// grew the process by the job's size on every call (20 calls at (1,8,4096,64): +700 MB). A call that
-// finds the buffer busy (concurrent calls) makes its own. terminateWorkers() frees it.
-let spare: SharedArrayBuffer | undefined;
+// Shared buffers: at most MAX_BUFFERS exist at once, in use or kept for reuse, and a call past the bound
+// waits (first come, first served) for one to come back.
+// Why a bound: a worker's heap keeps every buffer it was sent alive until that worker collects garbage,
+// which an idle worker rarely does, so every buffer ever made stays in memory. A buffer per call grew the
+// process by the job's size on every call (20 calls at (1,8,4096,64): +700 MB); one kept buffer plus a
+// fresh one for each concurrent call that found it busy grew it by the concurrent jobs' sizes (50 calls
+// of (1,8,2048,64), 5 at a time: 191 → 613 MB, 1.1 GB after 150, not returned by a GC).
+// Why waiting costs nothing: every job goes to the pool's first `threads` workers (all of them by
+// default) and a worker runs its messages one at a time, so concurrent calls took turns in the workers
+// anyway. Two rather than one, so the next call copies its inputs in while the current one computes.
+const MAX_BUFFERS = 2;
+const kept: SharedArrayBuffer[] = [];
+let holders = 0; // calls holding one of the MAX_BUFFERS places (with or, briefly, still without a buffer)
+const waiting: (() => void)[] = [];
 
-function takeBuffer(bytes: number): SharedArrayBuffer {
-  if (spare && spare.byteLength >= bytes) {
-    const b = spare;
-    spare = undefined;
-    return b;
+async function takeBuffer(bytes: number): Promise<SharedArrayBuffer> {
+  if (holders < MAX_BUFFERS) holders++;
+  else await new Promise<void>((resolve) => waiting.push(resolve)); // releaseBuffer hands its place over
+  let fit = -1; // the smallest kept buffer that is large enough
+  for (let i = 0; i < kept.length; i++) {
+    if (kept[i].byteLength >= bytes && (fit === -1 || kept[i].byteLength < kept[fit].byteLength)) fit = i;
   }
+  if (fit !== -1) return kept.splice(fit, 1)[0];
+  // None fits: make one, dropping the smallest kept ones so that buffers stay within the bound.
+  kept.sort((a, b) => a.byteLength - b.byteLength);
+  while (kept.length > 0 && kept.length + holders > MAX_BUFFERS) kept.shift();
   return new SharedArrayBuffer(bytes);
 }
 
-function releaseBuffer(buffer: SharedArrayBuffer): void {
-  if (!spare || spare.byteLength < buffer.byteLength) spare = buffer;
+/** Gives a call's place back, keeping its buffer for reuse (undefined: workers may still write to it). */
+function releaseBuffer(buffer: SharedArrayBuffer | undefined): void {
+  if (buffer) kept.push(buffer);
+  const next = waiting.shift();
+  if (next) next();
+  else holders--;
 }
+
 let pool: Pool | undefined;
 let warned = false;
 
@@ -59,16 +82,31 @@ export function setThreadPlatform(next: Platform): void {
   platform = next;
 }
 
+/**
+ * Sets how long a worker may sit idle before it is terminated (default 30 000 ms; tests shorten it).
+ * When the last worker goes, the kept buffers go with it; the next call starts new workers.
+ */
+export function setWorkerIdleTimeout(ms: number): void {
+  if (!(ms >= 0)) throw new RangeError(`setWorkerIdleTimeout: ms must be ≥ 0, got ${String(ms)}`);
+  idleMs = ms;
+  if (pool) pool.idleMs = ms;
+}
+
 /** The pool, created on first use (exported for tests of the worker protocol). */
 export function getPool(): Pool {
-  pool ??= new Pool(platform);
+  pool ??= new Pool(platform, {
+    idleMs,
+    onEmpty: () => {
+      kept.length = 0;
+    },
+  });
   return pool;
 }
 
-/** Stops the pool's workers and frees the kept buffer; the next async call starts new ones. */
+/** Stops the pool's workers and frees the kept buffers; the next async call starts new ones. */
 export function terminateWorkers(): void {
   pool?.terminate();
-  spare = undefined;
+  kept.length = 0;
 }
 
 /**
@@ -115,7 +153,9 @@ export async function scaledDotProductAttentionAsync(
     warned = true;
     console.warn(`qkv: ${FN} runs on one thread: ${noShared}`);
   }
-  const threads = Math.min(requested ?? platform.cores(), p.B * p.Hq * Math.ceil(p.L / 32));
+  // More workers than cores only cost memory; the pool enforces the same cap.
+  const cores = Math.max(1, Math.floor(platform.cores()) || 1);
+  const threads = Math.min(requested ?? cores, cores, p.B * p.Hq * Math.ceil(p.L / 32));
   if (noShared || flops < INLINE_FLOPS || threads < 1) {
     runKernel(FN, plan, { out });
     return result(out, plan);
@@ -139,7 +179,7 @@ export async function scaledDotProductAttentionAsync(
   });
   const outSpan = { offset: bytes, length: out.length };
   bytes += out.length * 4;
-  const buffer = takeBuffer(bytes);
+  const buffer = await takeBuffer(bytes);
   const header = new Int32Array(buffer, 0, 2); // [task counter, cancelled]
   header[0] = 0;
   header[1] = 0;
@@ -148,6 +188,7 @@ export async function scaledDotProductAttentionAsync(
   });
   const job: Job = {
     kernel: kernel.name,
+    fallback: fallbackFor(plan.kernel, kernel, p, { out })?.name,
     buffer,
     tasks,
     rowsPerTask,
@@ -176,6 +217,7 @@ export async function scaledDotProductAttentionAsync(
   } catch (err) {
     // Stop the other workers' remaining tasks; the buffer is not reused, as they may still write to it.
     Atomics.store(header, 1, 1);
+    releaseBuffer(undefined);
     throw new Error(`${FN}: ${(err as Error).message}`);
   }
   out.set(new Float32Array(buffer, outSpan.offset, out.length));

@@ -4,4 +4,14 @@
 export { type AttentionOpOptions, attention } from './attention.js';
 export { add, crossEntropy, dropout, embedding, gelu, layerNorm, linear, scale, splitLast } from './ops.js';
 export { AdamW, type AdamWOptions, clipGradNorm, warmupCosine } from './optim.js';
-export { backward, constant, type Floats, floatsLike, opResult, parameter, Var } from './var.js';
+export {
+  backward,
+  constant,
+  type Floats,
+  floatsLike,
+  isGradEnabled,
+  noGrad,
+  opResult,
+  parameter,
+  Var,
+} from './var.js';

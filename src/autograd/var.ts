@@ -8,6 +8,7 @@
 export type Floats = Float32Array | Float64Array;
 
 let nextId = 0;
+let recording = true;
 
 /** A tensor-valued node of the graph. Leaves are parameters or constants; the rest are op results. */
 export class Var {
@@ -69,8 +70,8 @@ export function constant(data: Floats, shape: readonly number[]): Var {
 }
 
 /**
- * The result of an op: requires grad iff an input does; `backward` is kept only then. This is how every
- * op in ops.ts records itself on the tape, and how a user adds a custom op.
+ * The result of an op: requires grad iff an input does (and no `noGrad` is running); `backward` is kept
+ * only then. This is how every op in ops.ts records itself on the tape, and how a user adds a custom op.
  */
 export function opResult(
   data: Floats,
@@ -78,8 +79,32 @@ export function opResult(
   inputs: readonly Var[],
   backward: () => void,
 ): Var {
-  const needs = inputs.some((v) => v.requiresGrad);
+  const needs = recording && inputs.some((v) => v.requiresGrad);
   return new Var(data, shape, needs, inputs, backward);
+}
+
+/**
+ * Runs `fn` without recording the tape (PyTorch's `torch.no_grad()`): every op result inside requires no
+ * grad and keeps no parents or backward closure, so each intermediate is freed as soon as nothing reads
+ * it. For evaluation and inference: a recorded forward keeps every activation of the batch alive until
+ * its result is dropped. `fn` must be synchronous (the mode ends when it returns or throws).
+ *
+ * @example
+ * const { logits } = noGrad(() => model.forward(ids, B, L)); // logits.requiresGrad === false
+ */
+export function noGrad<T>(fn: () => T): T {
+  const saved = recording;
+  recording = false;
+  try {
+    return fn();
+  } finally {
+    recording = saved;
+  }
+}
+
+/** False while a `noGrad` callback runs. */
+export function isGradEnabled(): boolean {
+  return recording;
 }
 
 /** A zeroed array of the same float type as `like`. */

@@ -120,6 +120,7 @@ export function viz(argv: string[], io: Pick<CliIO, 'stdout' | 'stderr'>): numbe
     scaled: !values.unscaled,
     tieQK: Boolean(values['tie-qk']),
     focus: { layer, head },
+    focusOnly: true, // one map is drawn: every layer's and head's weights would be layers·heads·L² floats
   });
   const view = stepViews(trace.steps, tokens).find((v) => v.id === (matrix as StepId))!;
   const themeColors = theme === 'dark' ? DARK_THEME : LIGHT_THEME;

@@ -1,7 +1,9 @@
 // A pool of workers for attention, the same on every platform: a platform adapter makes workers,
 // the pool hands each call's job to as many of them as asked and resolves when all have reported.
-// One decision to know: idle workers are unref'd (Node), so the pool never keeps a process alive
-// after the caller's work is done; a worker that dies is replaced on the next call.
+// One decision to know: the pool never holds more workers than the platform has cores, idle workers
+// are unref'd (Node) so the pool never keeps a process alive, and a worker idle for `idleMs` (30 s by
+// default) is terminated, so a burst of calls does not pin its workers' memory for the process's life;
+// a worker that dies or times out is replaced on the next call.
 
 import type { FromWorker, Job, ToWorker } from './protocol.js';
 
@@ -26,6 +28,17 @@ export interface Platform {
   sharedMemoryUnavailable(): string;
 }
 
+/** Options of a Pool. */
+export interface PoolOptions {
+  /** Milliseconds a worker may sit idle before it is terminated; default 30 000. */
+  idleMs?: number;
+  /** Called when idle timeouts have terminated the last worker (e.g. to drop buffers kept for them). */
+  onEmpty?: () => void;
+}
+
+/** How long an idle worker lives by default: long enough that a loop of calls keeps its workers warm. */
+export const DEFAULT_IDLE_MS = 30_000;
+
 interface Pending {
   resolve(): void;
   reject(error: Error): void;
@@ -33,31 +46,79 @@ interface Pending {
   failed: boolean;
 }
 
+/** A worker and what the pool knows about it. */
+interface Slot {
+  worker: PoolWorker;
+  /** Messages posted to it that it has not answered yet. */
+  inFlight: number;
+  /** Fires `idleMs` after inFlight last dropped to 0. */
+  idleTimer?: ReturnType<typeof setTimeout>;
+}
+
 export class Pool {
-  private readonly workers: PoolWorker[] = [];
+  /** Milliseconds before an idle worker is terminated (read when a worker goes idle). */
+  idleMs: number;
+  private readonly slots: Slot[] = [];
   private readonly pending = new Map<number, Pending>();
   private nextId = 1;
   private busy = 0;
+  private readonly onEmpty: (() => void) | undefined;
 
-  constructor(private readonly platform: Platform) {}
-
-  get size(): number {
-    return this.workers.length;
+  constructor(
+    private readonly platform: Platform,
+    options: PoolOptions = {},
+  ) {
+    this.idleMs = options.idleMs ?? DEFAULT_IDLE_MS;
+    this.onEmpty = options.onEmpty;
   }
 
-  private spawn(): PoolWorker {
+  /** Workers alive now. */
+  get size(): number {
+    return this.slots.length;
+  }
+
+  /** The most workers this pool will run: the platform's cores (at least 1). */
+  get maxWorkers(): number {
+    return Math.max(1, Math.floor(this.platform.cores()) || 1);
+  }
+
+  private spawn(): Slot {
     const worker = this.platform.createWorker();
-    worker.onMessage((message) => this.settle(message));
+    const slot: Slot = { worker, inFlight: 0 };
+    worker.onMessage((message) => {
+      this.settle(message);
+      if (--slot.inFlight === 0) this.startIdleTimer(slot);
+    });
     worker.onError((error) => {
-      // The worker is gone: fail whatever it was part of and forget it (unless terminate() let it go).
-      const at = this.workers.indexOf(worker);
-      if (at === -1) return;
-      this.workers.splice(at, 1);
+      // The worker is gone: fail whatever it was part of and forget it (unless the pool let it go).
+      if (!this.remove(slot)) return;
       for (const [id, p] of this.pending) this.fail(id, p, error);
     });
     worker.unref();
-    this.workers.push(worker);
-    return worker;
+    this.slots.push(slot);
+    return slot;
+  }
+
+  /** Forgets a slot; false if it was already gone. */
+  private remove(slot: Slot): boolean {
+    const at = this.slots.indexOf(slot);
+    if (at === -1) return false;
+    this.slots.splice(at, 1);
+    clearTimeout(slot.idleTimer);
+    return true;
+  }
+
+  private startIdleTimer(slot: Slot): void {
+    clearTimeout(slot.idleTimer);
+    if (!this.slots.includes(slot)) return; // terminated or failed meanwhile
+    const timer = setTimeout(() => {
+      if (slot.inFlight !== 0 || !this.remove(slot)) return;
+      slot.worker.terminate();
+      if (this.slots.length === 0) this.onEmpty?.();
+    }, this.idleMs);
+    // A pending idle timer must not keep Node alive (browsers return a number: nothing to unref).
+    (timer as { unref?: () => void }).unref?.();
+    slot.idleTimer = timer;
   }
 
   private settle(message: FromWorker): void {
@@ -78,26 +139,39 @@ export class Pool {
 
   private finish(id: number, p: Pending, error?: Error): void {
     this.pending.delete(id);
-    if (--this.busy === 0) for (const w of this.workers) w.unref();
+    if (--this.busy === 0) for (const s of this.slots) s.worker.unref();
     if (error) p.reject(error);
     else p.resolve();
   }
 
-  /** Runs `job` on `threads` workers (spawning as needed); resolves when every worker has reported. */
+  /**
+   * Runs `job` on `threads` workers, at most `maxWorkers` (spawning as needed); resolves when every
+   * worker has reported.
+   */
   run(job: Job, threads: number): Promise<void> {
-    while (this.workers.length < threads) this.spawn();
+    const n = Math.max(1, Math.min(threads, this.maxWorkers));
+    while (this.slots.length < n) this.spawn();
     const id = this.nextId++;
     return new Promise<void>((resolve, reject) => {
-      this.pending.set(id, { resolve, reject, remaining: threads, failed: false });
-      if (this.busy++ === 0) for (const w of this.workers) w.ref();
-      for (let t = 0; t < threads; t++) this.workers[t].post({ type: 'run', id, job });
+      this.pending.set(id, { resolve, reject, remaining: n, failed: false });
+      this.busy++;
+      for (let t = 0; t < n; t++) {
+        const slot = this.slots[t];
+        clearTimeout(slot.idleTimer);
+        slot.inFlight++;
+        slot.worker.ref(); // a worker spawned while others were busy must keep the process alive too
+        slot.worker.post({ type: 'run', id, job });
+      }
     });
   }
 
   /** Stops every worker and rejects the calls still running (the pool can be used again). */
   terminate(): void {
-    const workers = this.workers.splice(0);
+    const slots = this.slots.splice(0);
     for (const [id, p] of this.pending) this.fail(id, p, new Error('the attention workers were terminated'));
-    for (const w of workers) w.terminate();
+    for (const s of slots) {
+      clearTimeout(s.idleTimer);
+      s.worker.terminate();
+    }
   }
 }

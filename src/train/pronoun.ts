@@ -8,6 +8,7 @@
 // suits the adjective (measured: accuracy 1.0 with only ~0.5 of the weight on the referent); with them,
 // attention itself has to pick the noun, which is what the article's claim is about.
 
+import { noGrad } from '../autograd/var.js';
 import type { TinyTransformer } from '../model/transformer.js';
 import { Generator } from '../random.js';
 import { Tensor } from '../tensor.js';
@@ -242,27 +243,37 @@ export interface PronounScore {
   sentences: number;
 }
 
-/** Scores a model on `count` held-out sentences (unseen referent/adjective pairs) drawn from `seed`. */
+/** Sentences per forward when scoring: about 10 MB of activations for the pronoun model, whatever the count. */
+export const EVAL_BATCH = 256;
+
+/**
+ * Scores a model on `count` held-out sentences (unseen referent/adjective pairs) drawn from `seed`,
+ * `batchSize` sentences per forward under noGrad, so memory is bounded by one batch whatever the count.
+ */
 export function evaluatePronoun(
   model: TinyTransformer,
-  { count = 1000, seed = 12345, family = 'both' as PronounFamily } = {},
+  { count = 1000, seed = 12345, family = 'both' as PronounFamily, batchSize = EVAL_BATCH } = {},
 ): PronounScore {
   const gen = new Generator(seed);
-  const sentences = Array.from({ length: count }, () => pronounSentence(gen, 'test', family));
-  const { ids, B, mask } = batchOf(sentences);
-  const { logits, weights } = model.forward(ids, B, L, { mask, needWeights: true });
   const V = VOCAB.length;
   const H = model.config.numHeads;
-  const last = weights[weights.length - 1].data; // [B, H, L, L]
   let correct = 0;
   const perHead = new Float64Array(H);
-  sentences.forEach((s, b) => {
-    const o = (b * L + s.itIndex) * V;
-    let best = 0;
-    for (let c = 1; c < V; c++) if (logits.data[o + c] > logits.data[o + best]) best = c;
-    if (best === ids[b * L + s.referentIndex]) correct++;
-    for (let h = 0; h < H; h++) perHead[h] += last[((b * H + h) * L + s.itIndex) * L + s.referentIndex];
-  });
+  for (let start = 0; start < count; start += batchSize) {
+    const sentences = Array.from({ length: Math.min(batchSize, count - start) }, () =>
+      pronounSentence(gen, 'test', family),
+    );
+    const { ids, B, mask } = batchOf(sentences);
+    const { logits, weights } = noGrad(() => model.forward(ids, B, L, { mask, needWeights: true }));
+    const last = weights[weights.length - 1].data; // [B, H, L, L]
+    sentences.forEach((s, b) => {
+      const o = (b * L + s.itIndex) * V;
+      let best = 0;
+      for (let c = 1; c < V; c++) if (logits.data[o + c] > logits.data[o + best]) best = c; // never <pad>
+      if (best === ids[b * L + s.referentIndex]) correct++;
+      for (let h = 0; h < H; h++) perHead[h] += last[((b * H + h) * L + s.itIndex) * L + s.referentIndex];
+    });
+  }
   let head = 0;
   for (let h = 1; h < H; h++) if (perHead[h] > perHead[head]) head = h;
   return { accuracy: correct / count, referentAttention: perHead[head] / count, head, sentences: count };

@@ -2,6 +2,8 @@
 // layer, and for one focused head every intermediate (X, Q, K, V, Q·Kᵀ, ÷√d_k, mask, softmax, ·V).
 // One decision to know: the softmax and ·V come from qkv's own attention (attendWithWeights: both in one pass);
 // only the projections and the displayed pre-softmax matrices are computed here (float64 sums).
+// Every head's weights are layers·H·L² floats (48 layers × 64 heads × 512² tokens: 3.2 GB), so a caller
+// that draws one head (qkv viz) asks for `focusOnly`: layers up to the focus, one layer's weights at a time.
 
 import { attendWithWeights } from '../attention/sdpa.js';
 import { sinusoidalPositionalEncoding } from '../position/sinusoidal.js';
@@ -19,6 +21,12 @@ export interface TraceOptions {
   blockedQuery?: number;
   /** Which head to keep every step of; default layer 0, head 0. */
   focus?: { layer: number; head: number };
+  /**
+   * Compute only what the focused head's steps need: stop after the focus layer (later layers cannot
+   * change it) and keep no per-layer weights (`weights` is then empty), so memory is one layer's
+   * [H, L, L] instead of every layer's. Default false (the playground shows every head of every layer).
+   */
+  focusOnly?: boolean;
 }
 
 /** Every intermediate of one head, each [rows, cols] row-major. */
@@ -48,7 +56,7 @@ export interface HeadSteps {
 
 export interface StackTrace {
   tokens: string[];
-  /** Per layer, all heads' weights [H, L, L]. */
+  /** Per layer, all heads' weights [H, L, L] (empty with `focusOnly`). */
   weights: Tensor[];
   steps: HeadSteps;
 }
@@ -163,7 +171,10 @@ export function traceStack(
   const weights: Tensor[] = [];
   let steps: HeadSteps | undefined;
 
-  stack.layers.forEach((layer: StackLayer, l) => {
+  const focusOnly = Boolean(options.focusOnly);
+  const layers = focusOnly ? stack.layers.slice(0, focus.layer + 1) : stack.layers;
+
+  layers.forEach((layer: StackLayer, l) => {
     const normed = layerNorm(x, layer.norm1);
     const qFlat = linear(normed, layer.wq, layer.bq); // [L, H·dK]
     const kFlat = options.tieQK ? qFlat : linear(normed, layer.wk, layer.bk);
@@ -172,8 +183,9 @@ export function traceStack(
     const k = splitHeads(kFlat, H);
     const v = splitHeads(vFlat, H); // [1, H, L, dV]
     const { weights: w, output: out } = attendWithWeights('traceStack', q, k, v, attnOptions); // [1, H, L, L], [1, H, L, dV]
-    weights.push(w.reshape([H, L, L]));
+    if (!focusOnly) weights.push(w.reshape([H, L, L]));
     if (l === focus.layer) steps = headSteps(l, focus.head);
+    if (focusOnly && l === focus.layer) return; // nothing after the focus is drawn
     const h = add(x, linear(mergeHeads(out), layer.wo, layer.bo));
     const hidden = linear(layerNorm(h, layer.norm2), layer.fc1, layer.b1);
     for (let i = 0; i < hidden.data.length; i++) {
