@@ -6,9 +6,9 @@ import { describe, expect, it } from 'vitest';
 import { planAttention } from '../src/attention/plan.js';
 import { type AttentionOptions, attentionBackward, type CausalOption, Tensor } from '../src/index.js';
 import { type AttentionGrads, referenceBackward } from '../src/kernels/backward.js';
-import { flashBackward } from '../src/kernels/backward-flash.js';
+import { flashBackwardWith } from '../src/kernels/backward-flash.js';
 import { referenceKernel } from '../src/kernels/reference.js';
-import { forwardAll } from '../src/kernels/types.js';
+import { backwardAll, forwardAll } from '../src/kernels/types.js';
 import { expectAllClose, type FixtureTensor, fromFixture, loadFixture } from './helpers.js';
 
 const TOL = { atol: 1e-4, rtol: 1e-3 };
@@ -242,9 +242,9 @@ function runBoth(c: RandomCase): { ref: AttentionGrads; flash: AttentionGrads } 
     lse: lse as unknown as Float32Array,
   });
   const ref = grads();
-  referenceBackward(wide, { dOut }, ref);
+  backwardAll(referenceBackward, wide, { dOut }, ref);
   const flash = grads();
-  flashBackward(wide, { dOut, out, lse }, flash, { blockQ: c.blockQ, blockK: c.blockK });
+  backwardAll(flashBackwardWith({ blockQ: c.blockQ, blockK: c.blockK }), wide, { dOut, out, lse }, flash);
   return { ref, flash };
 }
 

@@ -163,14 +163,18 @@ it('the WASM kernel carries its state across query chunks (4096 rows each)', () 
   }
 });
 
-it('the embedded WASM binaries were built from the current assembly/attention.ts', async () => {
-  const { readFileSync } = await import('node:fs');
+it('the embedded WASM binaries were built from the current assembly/*.ts', async () => {
+  const { readdirSync, readFileSync } = await import('node:fs');
   const { createHash } = await import('node:crypto');
   const { SOURCE_SHA256 } = await import('../src/kernels/wasm-binary.generated.js');
-  const source = readFileSync(new URL('../assembly/attention.ts', import.meta.url));
-  expect(SOURCE_SHA256, 'stale WASM build: run npm run build').toBe(
-    createHash('sha256').update(source).digest('hex'),
-  );
+  const dir = new URL('../assembly/', import.meta.url);
+  const hash = createHash('sha256');
+  for (const name of readdirSync(dir)
+    .filter((f) => f.endsWith('.ts'))
+    .sort()) {
+    hash.update(readFileSync(new URL(name, dir)));
+  }
+  expect(SOURCE_SHA256, 'stale WASM build: run npm run build').toBe(hash.digest('hex'));
 });
 
 describe.each(['reference', ...KERNELS] as const)('kernel %s propagates NaN', (kernel) => {

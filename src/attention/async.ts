@@ -204,6 +204,7 @@ export async function scaledDotProductAttentionAsync(
       shift: p.shift,
       left: p.left,
       right: p.right,
+      precision: p.precision,
     },
     q: spans[0]!,
     k: spans[1]!,

@@ -1,11 +1,11 @@
 // attentionBackward: the gradients of scaledDotProductAttention with respect to q, k, v (and the bias).
 // One decision to know: it validates through the same planAttention as the forward (same errors, same
-// options), runs the forward once for the output and log-sum-exp, then the flash-style backward unless the
-// reference kernel is asked for (kernel: 'reference' recomputes everything row by row from q and k).
+// options), runs the forward once for the output and log-sum-exp, then the chosen kernel's backward (the
+// registry's chain: 'auto' takes the flash-style one; kernel: 'reference' recomputes everything row by row
+// from q and k, needing no forward).
 
-import { type AttentionGrads, referenceBackward } from '../kernels/backward.js';
-import { flashBackward } from '../kernels/backward-flash.js';
-import { float32Problem } from '../kernels/types.js';
+import { chooseBackward } from '../kernels/registry.js';
+import { type AttentionGrads, type BackwardInputs, backwardAll, float32Problem } from '../kernels/types.js';
 import { formatShape, sizeOf } from '../shape.js';
 import { Tensor, type TensorLike, toTensor } from '../tensor.js';
 import { type AttentionInput, type AttentionOptions, planAttention } from './plan.js';
@@ -63,25 +63,28 @@ export function attentionBackward(
   }
   const biasT = options.bias === undefined ? undefined : toTensor(options.bias, FN, 'bias');
 
-  // Float16 inputs arrive as bits in problem.half: the backward reads float32, so widen them once.
-  const problem = float32Problem(plan.problem);
+  // Float16 inputs arrive as bits in problem.half: the backward reads float32, so widen them once. This
+  // is the exact public backward: scores and log-sum-exp in float64 (so WASM's float32 forward declines).
+  const problem = { ...float32Problem(plan.problem), precision: 'float64' as const };
   const grads: AttentionGrads = {
     dq: new Float32Array(sizeOf(qShape)),
     dk: new Float32Array(sizeOf(kShape)),
     dv: new Float32Array(sizeOf(vShape)),
     dbias: biasT ? new Float32Array(biasT.size) : undefined,
   };
-  if (plan.kernel === 'reference') {
-    referenceBackward(problem, { dOut: g.data }, grads);
-  } else {
-    const { B, Hq, L } = problem;
-    const out = new Float32Array(sizeOf(plan.outShape));
-    // The log-sum-exp is kept in float64: exp(s − lse) with a float32 lse is off by ~1% once |s| ~ 1e5.
-    // Kernels only index their outputs, so a Float64Array serves where the contract says Float32Array.
-    const lse = new Float64Array(B * Hq * L);
-    runKernel(FN, { ...plan, problem, dtype: 'float32' }, { out, lse });
-    flashBackward(problem, { dOut: g.data, out, lse }, grads);
+  const inputs: BackwardInputs = { dOut: g.data };
+  if (plan.kernel !== 'reference') {
+    // The forward's output and log-sum-exp (float64: exp(s − lse) with a float32 lse is off by ~1% once
+    // |s| ~ 1e5), for the backward passes that recompute probabilities from them.
+    inputs.out = new Float32Array(sizeOf(plan.outShape));
+    inputs.lse = new Float64Array(problem.B * problem.Hq * problem.L);
+    runKernel(
+      FN,
+      { ...plan, problem, dtype: 'float32' },
+      { out: inputs.out as Float32Array, lse: inputs.lse },
+    );
   }
+  backwardAll(chooseBackward(FN, plan.kernel, problem, inputs), problem, inputs, grads);
   return {
     dq: new Tensor(grads.dq as Float32Array, qShape),
     dk: new Tensor(grads.dk as Float32Array, kShape),

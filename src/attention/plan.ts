@@ -202,6 +202,7 @@ export function planAttention(
       shift,
       left,
       right,
+      precision: 'float32',
     },
     outShape,
     weightsShape,

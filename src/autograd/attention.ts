@@ -1,15 +1,18 @@
 // The attention op of the autograd: multi-head scaled dot-product attention over [B, L, H·E] activations,
-// forward by the library's kernels, backward by the FlashAttention-2 style kernel (kernels/backward-flash.ts).
-// One decision to know: the forward saves only its output and the per-row log-sum-exp (in float64), never
-// the [L, S] weights, so training memory is linear in the sequence length.
+// forward and backward by the registry's kernels (training: the WASM forward and the FlashAttention-2 style
+// backward). One decision to know: the forward saves only its output and the per-row log-sum-exp, never the
+// [L, S] weights, so training memory is linear in the sequence length.
 
 import { type AttentionOptions, planAttention } from '../attention/plan.js';
 import { runKernel } from '../attention/sdpa.js';
-import type { AttentionGrads, BackwardProblem } from '../kernels/backward.js';
-import { flashBackward } from '../kernels/backward-flash.js';
 import { swapMiddle } from '../kernels/matmul.js';
-import { referenceKernel } from '../kernels/reference.js';
-import { type AttentionProblem, forwardAll } from '../kernels/types.js';
+import { chooseBackward } from '../kernels/registry.js';
+import {
+  type AttentionGrads,
+  type AttentionProblem,
+  type BackwardProblem,
+  backwardAll,
+} from '../kernels/types.js';
 import { Tensor } from '../tensor.js';
 import { type Floats, floatsLike, opResult, type Var } from './var.js';
 
@@ -66,16 +69,23 @@ export function attention(
     new Tensor(f32(vh), [B, Hkv, S, Ev], 'float32'),
     sdpa,
   );
-  // The problem on the op's own arrays (float64 in gradient checks).
-  const problem: BackwardProblem = { ...plan.problem, q: qh, k: kh, v: vh };
+  // The problem on the op's own arrays. Float32 Vars (training) ask for float32 precision, so the WASM
+  // kernel serves the forward; float64 Vars (gradient checks) ask for float64, so a float64 kernel does.
+  const precision = q.data instanceof Float64Array ? 'float64' : 'float32';
+  const problem: BackwardProblem = { ...plan.problem, q: qh, k: kh, v: vh, precision };
   const outH = floatsLike(q.data, B * Hq * L * Ev); // [B, Hq, L, Ev]
   const lse = new Float64Array(B * Hq * L);
   const weights = needWeights ? new Float32Array(B * Hq * L * S) : undefined;
-  // Kernels index their arrays only; float64 data goes to the reference kernel (an exact float64 forward).
-  const outputs = { out: outH as Float32Array, lse, weights };
-  if (q.data instanceof Float64Array)
-    forwardAll(referenceKernel, problem as unknown as AttentionProblem, outputs);
-  else runKernel(FN, plan, outputs);
+  // Kernels only index their arrays, so float64 ones serve where the contract says Float32Array.
+  runKernel(
+    FN,
+    { ...plan, problem: problem as unknown as AttentionProblem },
+    {
+      out: outH as Float32Array,
+      lse,
+      weights,
+    },
+  );
 
   const result = opResult(swapMiddle(outH, B, Hq, L, Ev), [B, L, Hq * Ev], [q, k, v], () => {
     const dOut = swapMiddle(result.grad!, B, L, Hq, Ev); // [B, Hq, L, Ev]
@@ -84,7 +94,8 @@ export function attention(
       dk: floatsLike(k.data, k.size),
       dv: floatsLike(v.data, v.size),
     };
-    flashBackward(problem, { dOut, out: outH, lse }, grads);
+    const inputs = { dOut, out: outH, lse };
+    backwardAll(chooseBackward(FN, 'auto', problem, inputs), problem, inputs, grads);
     // Merge heads back: [B, H, L, E] → [B, L, H, E].
     accumulate(q, swapMiddle(grads.dq, B, Hq, L, E));
     accumulate(k, swapMiddle(grads.dk, B, Hkv, S, KW / Hkv));

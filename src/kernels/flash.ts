@@ -3,7 +3,17 @@
 // One decision to know: extra memory is O(Br·Bc + Br·Ev) per call, never L×S; key tiles wholly outside
 // the causal/window band are skipped and the band rule is evaluated only on tiles that straddle it.
 
-import { type AttentionKernel, type AttentionOutputs, type AttentionProblem, visibleRange } from './types.js';
+import { flashBackward } from './backward-flash.js';
+import type { AttentionKernel, AttentionOutputs, AttentionProblem } from './types.js';
+import {
+  classifyBlock,
+  headsOf,
+  isVisible,
+  kvRow,
+  maskAllows,
+  rowsBand,
+  visibleRange,
+} from './visibility.js';
 
 /** Query rows per tile. */
 export const BLOCK_ROWS = 32;
@@ -14,18 +24,14 @@ export const BLOCK_COLS = 64;
 export const flashKernel: AttentionKernel = {
   name: 'flash',
   supports: () => true,
+  backward: flashBackward,
   forwardRows(p: AttentionProblem, outputs: AttentionOutputs, bh: number, i0: number, i1: number): void {
-    const { Hq, Hkv, L, S, E, Ev, q, k, v, scale, mask, bias } = p;
+    const { L, E, Ev, q, k, v, scale, bias } = p;
     const { out, weights, lse } = outputs;
     // Weights are recomputed from the log-sum-exp; keep it in float64 so exp(s − lse) stays exact
     // even for scores of 1e5 (a float32 lse would be off by ~1e-2 there).
     const rowLse = weights ? new Float64Array(i1 - i0) : undefined;
-    const b = Math.floor(bh / Hq);
-    const h = bh % Hq;
-    const hk = Math.floor(h / (Hq / Hkv)); // PyTorch's enable_gqa mapping
-    const kBase = (b * Hkv + hk) * S * E; // k[b, hk] : [S, E]
-    const vBase = (b * Hkv + hk) * S * Ev; // v[b, hk] : [S, Ev]
-    const maskBase = mask ? b * mask.sb + h * mask.sh : 0;
+    const { b, h, hk } = headsOf(p, bh);
     const biasBase = bias ? b * bias.sb + h * bias.sh : 0;
 
     const tile = new Float64Array(BLOCK_ROWS * BLOCK_COLS); // scores, then probabilities, of one tile
@@ -40,34 +46,29 @@ export const flashKernel: AttentionKernel = {
       rowMax.fill(Number.NEGATIVE_INFINITY);
       rowSum.fill(0);
       acc.fill(0);
-      // The band of keys any row of this tile can see: rows' ranges move right as i grows.
-      const [bandLo] = visibleRange(p, r0);
-      const [, bandHi] = visibleRange(p, r1 - 1);
-      const [innerLo] = visibleRange(p, r1 - 1); // keys ≥ innerLo and ≤ innerHi are visible to every row
-      const [, innerHi] = visibleRange(p, r0);
+      // The band of keys any row of this tile can see: tiles outside it are never visited.
+      const { lo: bandLo, hi: bandHi } = rowsBand(p, r0, r1);
 
       for (let c0 = bandLo; c0 <= bandHi; c0 += BLOCK_COLS) {
         const c1 = Math.min(bandHi + 1, c0 + BLOCK_COLS);
         const cols = c1 - c0;
-        const interior = c0 >= innerLo && c1 - 1 <= innerHi;
+        const kind = classifyBlock(p, r0, r1, c0, c1);
+        if (kind === 'empty') continue;
 
         // Pass 1: tile of scaled scores s = q·k·scale (+ bias); −Infinity where the key is blocked.
         for (let r = 0; r < rows; r++) {
           const i = r0 + r;
           const qBase = (bh * L + i) * E;
-          let lo = c0;
-          let hi = c1 - 1;
-          if (!interior) [lo, hi] = visibleRange(p, i);
           const t = r * BLOCK_COLS;
           for (let e = 0; e < E; e++) qRow[e] = q[qBase + e];
           for (let c = 0; c < cols; c++) {
             const j = c0 + c;
-            if (j < lo || j > hi || (mask && mask.data[maskBase + i * mask.sl + j * mask.ss] === 0)) {
+            if (kind === 'partial' && !isVisible(p, b, h, i, j)) {
               tile[t + c] = Number.NEGATIVE_INFINITY;
               continue;
             }
             // Four partial sums: independent additions run in parallel (one sum is a latency chain).
-            const kRow = kBase + j * E;
+            const kRow = kvRow(p, b, hk, j) * E;
             let d0 = 0;
             let d1 = 0;
             let d2 = 0;
@@ -103,7 +104,7 @@ export const flashKernel: AttentionKernel = {
             const w = Math.exp(s - m);
             sum += w;
             if (out) {
-              const vRow = vBase + (c0 + c) * Ev;
+              const vRow = kvRow(p, b, hk, c0 + c) * Ev;
               for (let e = 0; e < Ev; e++) acc[a + e] += w * v[vRow + e];
             }
           }
@@ -137,10 +138,8 @@ function writeWeights(
   i0: number,
   i1: number,
 ): void {
-  const { Hq, Hkv, L, S, E, q, k, scale, mask, bias } = p;
-  const b = Math.floor(bh / Hq);
-  const h = bh % Hq;
-  const kBase = (b * Hkv + Math.floor(h / (Hq / Hkv))) * S * E;
+  const { L, S, E, q, k, scale, bias } = p;
+  const { b, h, hk } = headsOf(p, bh);
   for (let i = i0; i < i1; i++) {
     const row = bh * L + i;
     const base = row * S;
@@ -149,9 +148,10 @@ function writeWeights(
     if (z === Number.NEGATIVE_INFINITY) continue;
     const [lo, hi] = visibleRange(p, i);
     for (let j = lo; j <= hi; j++) {
-      if (mask && mask.data[b * mask.sb + h * mask.sh + i * mask.sl + j * mask.ss] === 0) continue;
+      if (!maskAllows(p, b, h, i, j)) continue;
       let dot = 0;
-      for (let e = 0; e < E; e++) dot += q[row * E + e] * k[kBase + j * E + e];
+      const kRow = kvRow(p, b, hk, j) * E;
+      for (let e = 0; e < E; e++) dot += q[row * E + e] * k[kRow + e];
       let s = dot * scale;
       if (bias) s += bias.data[b * bias.sb + h * bias.sh + i * bias.sl + j * bias.ss];
       weights[base + j] = s === Number.NEGATIVE_INFINITY ? 0 : Math.exp(s - z);

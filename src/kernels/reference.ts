@@ -2,24 +2,23 @@
 // One decision to know: it materialises the scores one query row at a time ([S] in float64), so memory
 // is O(S) whatever L is; the full [L, S] weights exist only when the caller asks for them.
 
-import { type AttentionKernel, type AttentionOutputs, type AttentionProblem, visibleRange } from './types.js';
+import { referenceBackward } from './backward.js';
+import type { AttentionKernel, AttentionOutputs, AttentionProblem } from './types.js';
+import { headsOf, kvRow, maskAllows, visibleRange } from './visibility.js';
 
 /** Serves every call; plain loops, float64 accumulation, blocked keys skipped (never −1e9). */
 export const referenceKernel: AttentionKernel = {
   name: 'reference',
   supports: () => true,
+  backward: referenceBackward,
   forwardRows(p: AttentionProblem, outputs: AttentionOutputs, bh: number, i0: number, i1: number): void {
-    const { Hq, Hkv, L, S, E, Ev, q, k, v, scale, mask, bias } = p;
+    const { L, S, E, Ev, q, k, v, scale, bias } = p;
     const { out, weights, lse } = outputs;
     const scores = new Float64Array(S); // one row of scores, then of unnormalised weights
     const blocked = new Uint8Array(S); // 1 where the key is blocked (or its bias is −Infinity)
     const acc = new Float64Array(Ev);
 
-    const b = Math.floor(bh / Hq);
-    const h = bh % Hq;
-    const hk = Math.floor(h / (Hq / Hkv)); // PyTorch's enable_gqa mapping
-    const kBase = (b * Hkv + hk) * S * E; // k[b, hk] : [S, E]
-    const vBase = (b * Hkv + hk) * S * Ev; // v[b, hk] : [S, Ev]
+    const { b, h, hk } = headsOf(p, bh);
 
     for (let i = i0; i < i1; i++) {
       const row = bh * L + i; // index of (b, h, i) in [B, Hq, L]
@@ -29,16 +28,12 @@ export const referenceKernel: AttentionKernel = {
       // Pass 1: scaled scores (+ bias) of visible keys, −Infinity for blocked ones; row max.
       let max = Number.NEGATIVE_INFINITY;
       for (let j = 0; j < S; j++) {
-        if (
-          j < lo ||
-          j > hi ||
-          (mask && mask.data[b * mask.sb + h * mask.sh + i * mask.sl + j * mask.ss] === 0)
-        ) {
+        if (j < lo || j > hi || !maskAllows(p, b, h, i, j)) {
           scores[j] = Number.NEGATIVE_INFINITY;
           continue;
         }
         let dot = 0;
-        const kRow = kBase + j * E;
+        const kRow = kvRow(p, b, hk, j) * E;
         for (let e = 0; e < E; e++) dot += q[qBase + e] * k[kRow + e];
         let s = dot * scale;
         if (bias) s += bias.data[b * bias.sb + h * bias.sh + i * bias.sl + j * bias.ss];
@@ -73,7 +68,7 @@ export const referenceKernel: AttentionKernel = {
         for (let j = 0; j < S; j++) {
           if (blocked[j]) continue; // a blocked key's value never reaches the output
           const w = scores[j];
-          const vRow = vBase + j * Ev;
+          const vRow = kvRow(p, b, hk, j) * Ev;
           for (let e = 0; e < Ev; e++) acc[e] += w * v[vRow + e];
         }
         for (let e = 0; e < Ev; e++) out[row * Ev + e] = acc[e] * inv;

@@ -4,7 +4,14 @@
 
 import { flashKernel } from './flash.js';
 import { referenceKernel } from './reference.js';
-import type { AttentionKernel, AttentionOutputs, AttentionProblem } from './types.js';
+import type {
+  AttentionBackward,
+  AttentionKernel,
+  AttentionOutputs,
+  AttentionProblem,
+  BackwardInputs,
+  BackwardProblem,
+} from './types.js';
 import { probeWasm, wasmKernel, wasmRuntimeFailure, wasmUnavailableReason } from './wasm.js';
 
 /** Names accepted by the `kernel` option. */
@@ -20,6 +27,45 @@ const kernels = new Map<string, AttentionKernel>([
 
 /** Fastest first; 'auto' walks this list (the WASM kernel declines where WASM SIMD is missing). */
 const autoOrder: string[] = ['wasm', 'flash', 'reference'];
+
+/** Every registered kernel, the reference (the spec) first: what conformance tests enumerate. */
+export function registeredKernels(): readonly AttentionKernel[] {
+  return [referenceKernel, ...[...kernels.values()].filter((k) => k !== referenceKernel)];
+}
+
+/** The operations a kernel implements: every kernel runs the forward; some also the backward. */
+export function kernelOps(kernel: AttentionKernel): ('attention.forward' | 'attention.backward')[] {
+  return kernel.backward ? ['attention.forward', 'attention.backward'] : ['attention.forward'];
+}
+
+/**
+ * The backward pass that serves a call: the named kernel's own (throwing naming `fn` if it has none or
+ * cannot serve), or for 'auto' the first kernel of the chain whose backward supports the call.
+ */
+export function chooseBackward(
+  fn: string,
+  name: KernelName,
+  problem: BackwardProblem,
+  inputs: BackwardInputs,
+): AttentionBackward {
+  if (name === 'auto') {
+    for (const candidate of autoOrder) {
+      const backward = kernels.get(candidate)!.backward;
+      if (backward && backward.supports(problem, inputs) === true) return backward;
+    }
+    return referenceKernel.backward!;
+  }
+  const kernel = kernels.get(name);
+  const withBackward = [...kernels.values()].filter((k) => k.backward).map((k) => k.name);
+  if (!kernel?.backward) {
+    throw new Error(
+      `${fn}: kernel '${name}' has no backward pass (kernels with one: ${withBackward.join(', ')}, or 'auto')`,
+    );
+  }
+  const ok = kernel.backward.supports(problem, inputs);
+  if (ok !== true) throw new Error(`${fn}: kernel '${name}' cannot serve this backward call: ${ok}`);
+  return kernel.backward;
+}
 
 /** The kernel by name (for the worker pool, which receives names). */
 export function kernelByName(name: string): AttentionKernel | undefined {

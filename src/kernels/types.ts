@@ -48,6 +48,62 @@ export interface AttentionProblem {
   shift: number;
   left: number;
   right: number;
+  /**
+   * The arithmetic the caller needs for scores, softmax and log-sum-exp: 'float64' (exact to float64,
+   * as the reference: gradient checks and attentionBackward) or 'float32' (float32 scores are enough;
+   * the WASM kernel may serve). Stated here, never implied by an output buffer's type.
+   */
+  precision: Precision;
+}
+
+/** See AttentionProblem.precision. */
+export type Precision = 'float32' | 'float64';
+
+/** Float storage the backward reads and writes: float32 for training, float64 for gradient checks. */
+export type Floats = Float32Array | Float64Array;
+
+/** An AttentionProblem whose q, k and v may be float64 (backward kernels only index them). */
+export type BackwardProblem = Omit<AttentionProblem, 'q' | 'k' | 'v' | 'half'> & {
+  q: Floats;
+  k: Floats;
+  v: Floats;
+};
+
+/** What a backward kernel reads besides the problem. */
+export interface BackwardInputs {
+  /** [B, Hq, L, Ev]: the gradient of the loss with respect to the attention output. */
+  dOut: Floats;
+  /** [B, Hq, L, Ev]: the forward output (the flash backward needs it for D = rowsum(dO∘O)). */
+  out?: Floats;
+  /** [B, Hq, L]: the forward's log-sum-exp per row (−Infinity for a fully blocked row). */
+  lse?: Floats;
+}
+
+/**
+ * What a backward kernel writes. dq, dk and dv are overwritten: a task writes exactly the rows of its
+ * key/value head and of the query heads that share it. dbias is accumulated (+=): tasks of different
+ * heads may share a broadcast bias element, so a parallel runner gives each thread its own and sums.
+ */
+export interface AttentionGrads {
+  /** [B, Hq, L, E] */
+  dq: Floats;
+  /** [B, Hkv, S, E]: summed over the Hq/Hkv query heads that share each key head (GQA). */
+  dk: Floats;
+  /** [B, Hkv, S, Ev]: summed likewise. */
+  dv: Floats;
+  /** Same length as problem.bias.data: ∂loss/∂bias, summed over the axes the bias was broadcast along. */
+  dbias?: Floats;
+}
+
+/**
+ * A kernel's backward pass, split into independent tasks: task `bkv` = b·Hkv + hk computes dk and dv of
+ * key/value head (b, hk) and dq of the query heads that share it (PyTorch's enable_gqa grouping), so
+ * B·Hkv tasks write disjoint rows and a pool can run them on any threads.
+ */
+export interface AttentionBackward {
+  /** true, or why this backward cannot serve the call (e.g. it needs the forward's out and lse). */
+  supports(problem: BackwardProblem, inputs: BackwardInputs): true | string;
+  task(problem: BackwardProblem, inputs: BackwardInputs, grads: AttentionGrads, bkv: number): void;
 }
 
 /** What a kernel writes. Each buffer is optional: a kernel fills exactly the ones given. */
@@ -71,6 +127,8 @@ export interface AttentionKernel {
   readonly float16?: boolean;
   supports(problem: AttentionProblem, outputs: AttentionOutputs): true | string;
   forwardRows(problem: AttentionProblem, outputs: AttentionOutputs, bh: number, i0: number, i1: number): void;
+  /** The kernel's backward pass, where it has one (the registry's chain picks the next one otherwise). */
+  readonly backward?: AttentionBackward;
   /** Called once a call's rows are all done: a kernel may free what it kept for the call. */
   release?(): void;
 }
@@ -128,11 +186,16 @@ export function forwardAll(
   kernel.release?.();
 }
 
-/** First and last key visible to query i under the causal/window rule (hi < lo when none is). */
-export function visibleRange(
-  p: Pick<AttentionProblem, 'S' | 'shift' | 'left' | 'right'>,
-  i: number,
-): [number, number] {
-  const pos = i + p.shift;
-  return [Math.max(0, pos - p.left), Math.min(p.S - 1, pos + p.right)];
+/** Runs every backward task of a call on one kernel: tasks 0 … B·Hkv − 1 (see AttentionBackward). */
+export function backwardAll(
+  backward: AttentionBackward,
+  problem: BackwardProblem,
+  inputs: BackwardInputs,
+  grads: AttentionGrads,
+): void {
+  // dbias is summed in float64 whatever its storage (it gathers a term per query row and head).
+  const dbias = grads.dbias && new Float64Array(grads.dbias.length);
+  const sums = { ...grads, dbias };
+  for (let bkv = 0; bkv < problem.B * problem.Hkv; bkv++) backward.task(problem, inputs, sums, bkv);
+  if (grads.dbias && dbias) grads.dbias.set(dbias);
 }

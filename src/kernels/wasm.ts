@@ -1,7 +1,7 @@
-// The WASM SIMD attention kernel: JS drives chunks and copies, assembly/attention.ts runs the inner loops.
-// One decision to know: the binary is embedded (base64) and compiled synchronously on first use (it is
-// ~3 KB, under every engine's main-thread limit); the relaxed-SIMD build is used where the runtime
-// validates it, else plain SIMD128, else the kernel reports itself unavailable and 'auto' moves on.
+// The WASM SIMD attention kernel: JS drives chunks and copies, assembly/attention.ts runs the inner loops
+// in this thread's WASM instance (wasm-runtime.ts). One decision to know: the kernel computes in float32
+// and never returns a float32 artefact: rows it cannot be trusted with (huge scores, overflow, NaN or ±∞
+// in the output) are recomputed in float64 by the JS tiled kernel.
 
 import { halfTable } from '../float16.js';
 import { flashKernel } from './flash.js';
@@ -11,14 +11,12 @@ import {
   type AttentionProblem,
   type BroadcastView,
   float32Problem,
-  KernelResourceError,
-  visibleRange,
 } from './types.js';
-import { RELAXED_WASM_BASE64, SIMD_WASM_BASE64 } from './wasm-binary.generated.js';
+import { type Band, classifyBlock, headsOf, kvRow, kvRun, rowsBand } from './visibility.js';
+import { releaseWasm, type WasmRuntime, wasmSupport, withWasm } from './wasm-runtime.js';
 
+/** The attention half of the module's exports (assembly/attention.ts). */
 interface KernelExports {
-  memory: WebAssembly.Memory;
-  heapBase(): number;
   reset(m: number, l: number, acc: number, rowsPad: number, EvPad: number): void;
   attend(
     q: number,
@@ -54,65 +52,14 @@ interface KernelExports {
   transposeK(src: number, cols: number, E: number, dst: number, block: number, ld: number): void;
 }
 
-/** Which build runs here: 'relaxed-simd', 'simd', or undefined with the reason in `wasmUnavailable`. */
-export let wasmVariant: 'relaxed-simd' | 'simd' | undefined;
-let wasmUnavailable = '';
-let compiled: WebAssembly.Module | undefined;
-let probed = false;
-
-function decode(base64: string): Uint8Array<ArrayBuffer> {
-  const text = atob(base64);
-  const bytes = new Uint8Array(text.length);
-  for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
-  return bytes;
-}
-
-/** Feature probe: validate the relaxed build, then the plain SIMD build. */
-export function probeWasm(): typeof wasmVariant {
-  if (probed) return wasmVariant;
-  probed = true;
-  try {
-    if (typeof WebAssembly !== 'object') throw new Error('WebAssembly is not available in this runtime');
-    const relaxed = decode(RELAXED_WASM_BASE64);
-    const simd = decode(SIMD_WASM_BASE64);
-    const variant = WebAssembly.validate(relaxed)
-      ? 'relaxed-simd'
-      : WebAssembly.validate(simd)
-        ? 'simd'
-        : undefined;
-    if (!variant) throw new Error('this runtime does not support WebAssembly SIMD128');
-    const bytes = variant === 'relaxed-simd' ? relaxed : simd;
-    try {
-      compiled = new WebAssembly.Module(bytes);
-      wasmVariant = variant;
-    } catch (err) {
-      // An engine may refuse synchronous compilation (some limit it on a browser's main thread):
-      // compile in the background and use the JS kernel until it is ready.
-      void WebAssembly.compile(bytes).then((module) => {
-        compiled = module;
-        wasmVariant = variant;
-        wasmUnavailable = '';
-      });
-      throw err;
-    }
-  } catch (err) {
-    wasmVariant = undefined;
-    wasmUnavailable = (err as Error).message;
-  }
-  return wasmVariant;
-}
-
-/** Why the WASM kernel cannot run here ('' when it can). */
-export function wasmUnavailableReason(): string {
-  probeWasm();
-  return wasmUnavailable;
-}
-
-/** The last run-time failure of the WASM kernel on this thread ('' if none): 'auto' fell back then. */
-let runtimeFailure = '';
-export function wasmRuntimeFailure(): string {
-  return runtimeFailure;
-}
+// Re-exported for the modules and tests that read them from here.
+export {
+  probeWasm,
+  wasmMemoryBytes,
+  wasmRuntimeFailure,
+  wasmUnavailableReason,
+  wasmVariant,
+} from './wasm-runtime.js';
 
 const ROW_CHUNK = 4096; // query rows per chunk: their state (m, l, acc) stays in WASM memory
 // Bytes of packed query rows per chunk (each element is stored 4 times). Small while K and V of the
@@ -137,9 +84,9 @@ const TRUSTED_MAX = 4096;
 
 const pad = (n: number, m: number) => Math.ceil(n / m) * m;
 
-/** One instance (memory + exports) per thread, reused across calls; caches what it copied last. */
-class Instance {
-  readonly exports: KernelExports;
+/** The attention driver of one thread's WASM instance: lays out its buffers there, caches what it copied last. */
+class AttentionDriver {
+  private readonly exports: KernelExports;
   private f32: Float32Array;
   // Whose mask/bias are in memory; weak, so a finished call's tensors are not kept alive.
   private problem: WeakRef<AttentionProblem> | undefined;
@@ -151,32 +98,32 @@ class Instance {
   private stagePtr = 0;
   private vNonFinite = 0; // whether the V in memory holds NaN or ±∞ (attend then never multiplies 0 by it)
 
-  constructor(module: WebAssembly.Module) {
-    this.exports = new WebAssembly.Instance(module, {}).exports as unknown as KernelExports;
-    this.f32 = new Float32Array(this.exports.memory.buffer);
+  constructor(private readonly rt: WasmRuntime) {
+    this.exports = rt.exports as unknown as KernelExports;
+    this.f32 = rt.f32;
   }
 
-  /** Grows memory to at least `bytes`; views are re-made because growing detaches the old buffer. */
+  /** Grows memory to at least `bytes`; forgets its copies if another driver used the memory meanwhile. */
   private ensure(bytes: number): void {
-    const memory = this.exports.memory;
-    if (memory.buffer.byteLength < bytes) {
-      memory.grow(Math.ceil((bytes - memory.buffer.byteLength) / 65536));
+    this.rt.ensure(bytes);
+    if (!this.rt.claim(this)) {
+      this.problem = undefined;
       this.kvKey = '';
     }
-    if (this.f32.buffer !== memory.buffer) this.f32 = new Float32Array(memory.buffer);
+    this.f32 = this.rt.f32;
   }
 
   run(p: AttentionProblem, outputs: AttentionOutputs, bh: number, i0: number, i1: number): void {
-    const { Hq, Hkv, L, S, E, Ev, mask, bias } = p;
+    const { L, S, E, Ev, mask, bias } = p;
     const { out, lse } = outputs;
     // Float16 inputs are widened here, block by block, as they are copied into WASM memory.
     const half = p.half;
     const q = half ? half.q : p.q;
     const k = half ? half.k : p.k;
     const v = half ? half.v : p.v;
-    const b = Math.floor(bh / Hq);
-    const h = bh % Hq;
-    const hk = Math.floor(h / (Hq / Hkv));
+    const { b, h, hk } = headsOf(p, bh);
+    // The band as data for the module (it evaluates the same rule); masks and biases go separately.
+    const band: Band = { S, shift: p.shift, left: p.left, right: p.right };
     const EvPad = pad(Math.max(Ev, 1), 8);
     const kvCols = Math.max(8, Math.min(pad(S, 8), pad(Math.floor(KV_BUDGET / 4 / (E + EvPad)), 8)));
     const whole = pad(S, 8) <= kvCols; // K and V of the head are copied once, else streamed per chunk
@@ -191,7 +138,7 @@ class Instance {
     // Memory map (bytes, 16-aligned), from the module's heap base (> 0, so address 0 can mean "no
     // mask/bias"): mask | bias | K^T [E, ldk] | V [kvCols, EvPad] | Q packed [rowsMax, E, 4] | m | l |
     // acc [rowsMax, EvPad] | tile [4, TILE_LD] | stage (keys or query rows as copied).
-    const base = Math.max(16, this.exports.heapBase());
+    const base = this.rt.base;
     // A mask or bias is copied whole when small, else one [rows, COL_BLOCK] tile at a time.
     const tileViewBytes = pad(rowsMax * COL_BLOCK * 4, 16);
     const maskWhole = !!mask && mask.data.length * 4 <= WHOLE_VIEW_BYTES;
@@ -242,10 +189,7 @@ class Instance {
       ex.packQ(this.stagePtr, rows, E, qPtr, qScale);
       ex.reset(mPtr, lPtr, accPtr, rowsPad, EvPad);
 
-      const [bandLo] = visibleRange(p, r0);
-      const [, bandHi] = visibleRange(p, r1 - 1);
-      const [innerLo] = visibleRange(p, r1 - 1);
-      const [, innerHi] = visibleRange(p, r0);
+      const { lo: bandLo, hi: bandHi } = rowsBand(band, r0, r1);
       // K and V of the whole head when they fit the budget (loaded once, shared by every chunk and every
       // head of a GQA group); otherwise stream the band in chunks of kvCols keys.
       for (let s0 = whole ? 0 : bandLo; s0 <= bandHi; s0 += kvCols) {
@@ -256,7 +200,7 @@ class Instance {
           const panel = Math.floor((c0 - s0) / COL_BLOCK);
           const c1 = Math.min(end, s0 + (panel + 1) * COL_BLOCK); // never past the panel
           const ktAt = ktPtr + (panel * E * PANEL_LD + (c0 - s0 - panel * COL_BLOCK)) * 4;
-          const interior = c0 >= innerLo && c1 - 1 <= innerHi;
+          const interior = classifyBlock(band, r0, r1, c0, c1) === 'full';
           const [maskAt, maskSl, maskSs] = this.viewArgs(
             mask,
             this.maskWhole,
@@ -400,17 +344,21 @@ class Instance {
     const key = `${b},${hk},${s0},${s1}`;
     if (this.kvKey === key) return; // the same K/V (the next query chunk, or another head of a GQA group)
     this.kvKey = '';
-    const { S, E, Ev, Hkv } = p;
+    const { E, Ev } = p;
     const f32 = this.f32;
     const cols = s1 - s0;
     const colsPad = pad(cols, 8);
-    const kBase = (b * Hkv + hk) * S * E;
-    const vBase = (b * Hkv + hk) * S * Ev;
     const kt = ktPtr / 4;
     const t = p.half ? halfTable() : undefined;
     if (!t) {
-      // A straight copy, then the transpose in WASM (JS element loops are the slow part here).
-      f32.set((k as Float32Array).subarray(kBase + s0 * E, kBase + s1 * E), this.stagePtr / 4);
+      // Straight copies of each run of consecutively stored keys, then the transpose in WASM (JS element
+      // loops are the slow part here).
+      for (let j = s0; j < s1; ) {
+        const n = kvRun(p, b, hk, j, s1);
+        const from = kvRow(p, b, hk, j) * E;
+        f32.set((k as Float32Array).subarray(from, from + n * E), this.stagePtr / 4 + (j - s0) * E);
+        j += n;
+      }
       this.exports.transposeK(this.stagePtr, cols, E, ktPtr, COL_BLOCK, PANEL_LD);
     }
     for (let c0 = 0; t && c0 < cols; c0 += COL_BLOCK) {
@@ -418,17 +366,21 @@ class Instance {
       const panel = kt + (c0 / COL_BLOCK) * E * PANEL_LD;
       for (let e = 0; e < E; e++) {
         const row = panel + e * PANEL_LD;
-        const from = kBase + (s0 + c0) * E + e;
-        for (let c = 0; c < n; c++) f32[row + c] = t[k[from + c * E]];
+        for (let c = 0; c < n; c++) f32[row + c] = t[k[kvRow(p, b, hk, s0 + c0 + c) * E + e]];
         f32.fill(0, row + n, row + PANEL_LD);
       }
     }
     const vv = vPtr / 4;
     if (!t && EvPad === Ev) {
-      f32.set((v as Float32Array).subarray(vBase + s0 * Ev, vBase + s1 * Ev), vv); // rows already padded
+      for (let j = s0; j < s1; ) {
+        const n = kvRun(p, b, hk, j, s1);
+        const from = kvRow(p, b, hk, j) * Ev;
+        f32.set((v as Float32Array).subarray(from, from + n * Ev), vv + (j - s0) * Ev); // rows already padded
+        j += n;
+      }
     } else {
       for (let c = 0; c < cols; c++) {
-        const from = vBase + (s0 + c) * Ev;
+        const from = kvRow(p, b, hk, s0 + c) * Ev;
         const to = vv + c * EvPad;
         if (t) for (let e = 0; e < Ev; e++) f32[to + e] = t[v[from + e]];
         else f32.set((v as Float32Array).subarray(from, from + Ev), to);
@@ -441,15 +393,7 @@ class Instance {
   }
 }
 
-let instance: Instance | undefined;
-
-/** WASM memory cannot shrink: after a call that grew it past this, the instance is dropped (and freed). */
-const KEEP_BYTES = 64 << 20;
-
-/** Bytes of WASM memory this thread's kernel instance holds (0 when it has none); for tests and tools. */
-export function wasmMemoryBytes(): number {
-  return instance ? instance.exports.memory.buffer.byteLength : 0;
-}
+const drivers = new WeakMap<WasmRuntime, AttentionDriver>();
 
 const widenedProblems = new WeakMap<AttentionProblem, AttentionProblem>();
 
@@ -468,34 +412,24 @@ function float32Of(p: AttentionProblem): AttentionProblem {
 export const wasmKernel: AttentionKernel = {
   name: 'wasm',
   float16: true,
-  supports(_p: AttentionProblem, outputs: AttentionOutputs): true | string {
-    if (!probeWasm()) return `WebAssembly SIMD is unavailable: ${wasmUnavailable}`;
-    if (wasmUnavailable) return wasmUnavailable;
-    // A float64 log-sum-exp is asked for by backward passes, which recompute exp(s − lse) from float64
-    // scores: this kernel's float32 scores would not match it for large logits.
-    if (outputs.lse instanceof Float64Array)
-      return 'it computes scores in float32; a float64 log-sum-exp needs the flash kernel';
+  supports(p: AttentionProblem): true | string {
+    const ok = wasmSupport();
+    if (ok !== true) return ok;
+    // Exact backward passes and gradient checks ask for float64 scores and log-sum-exp.
+    if (p.precision === 'float64') return 'it computes scores in float32; this call asks for float64';
     return true;
   },
-  release(): void {
-    if (instance && instance.exports.memory.buffer.byteLength > KEEP_BYTES) instance = undefined;
-  },
+  release: releaseWasm,
   forwardRows(p: AttentionProblem, outputs: AttentionOutputs, bh: number, i0: number, i1: number): void {
-    if (!compiled && !probeWasm()) throw new Error(`wasm kernel: ${wasmUnavailable}`);
     if (outputs.out || outputs.lse) {
-      try {
-        instance ??= new Instance(compiled!);
-        instance.run(p, outputs, bh, i0, i1);
-      } catch (err) {
-        // The engine refused memory (instantiation or Memory.grow: a RangeError). Drop the instance so
-        // its memory can be freed; an instance that could never be made disables the kernel here.
-        if (!(err instanceof RangeError)) throw err;
-        const made = instance !== undefined;
-        instance = undefined;
-        runtimeFailure = `${made ? 'growing' : 'creating'} its WebAssembly memory failed: ${err.message}`;
-        if (!made) wasmUnavailable = `WebAssembly is validated but ${runtimeFailure}`;
-        throw new KernelResourceError(`wasm kernel: ${runtimeFailure}`);
-      }
+      withWasm('wasm kernel', (rt) => {
+        let driver = drivers.get(rt);
+        if (!driver) {
+          driver = new AttentionDriver(rt);
+          drivers.set(rt, driver);
+        }
+        driver.run(p, outputs, bh, i0, i1);
+      });
     }
     // Weights are an L×S output the caller asked to materialise: the JS tiled kernel writes them in
     // float64 from exact scores (the f32 scores here would cost accuracy on huge logits).

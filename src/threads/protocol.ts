@@ -23,7 +23,7 @@ export interface Job {
   rowsPerTask: number;
   dims: Pick<
     AttentionProblem,
-    'B' | 'Hq' | 'Hkv' | 'L' | 'S' | 'E' | 'Ev' | 'scale' | 'shift' | 'left' | 'right'
+    'B' | 'Hq' | 'Hkv' | 'L' | 'S' | 'E' | 'Ev' | 'scale' | 'shift' | 'left' | 'right' | 'precision'
   >;
   q: Span;
   k: Span;
