@@ -1,5 +1,6 @@
-// attentionBackward against PyTorch autograd (float64 goldens, every option), and the flash-style backward
-// against the reference backward on seeded random shapes, tile sizes that do not divide L or S included.
+// attentionBackward (the public path) against PyTorch autograd (float64 goldens, every option), its edge
+// rows and errors, and the flash-style backward against the reference backward on seeded random shapes
+// with tile sizes that do not divide L or S (conformance uses the default tiles only).
 
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
@@ -8,46 +9,27 @@ import { type AttentionOptions, attentionBackward, type CausalOption, Tensor } f
 import { type AttentionGrads, referenceBackward } from '../src/kernels/backward.js';
 import { flashBackwardWith } from '../src/kernels/backward-flash.js';
 import { referenceKernel } from '../src/kernels/reference.js';
+import { KERNEL_NAMES, registeredKernels } from '../src/kernels/registry.js';
 import { backwardAll, forwardAll } from '../src/kernels/types.js';
-import { expectAllClose, type FixtureTensor, fromFixture, loadFixture } from './helpers.js';
+import { expectAllClose, fromFixture } from './helpers.js';
+import { backwardGoldens, optionsOf } from './rings/golden.js';
 
-const TOL = { atol: 1e-4, rtol: 1e-3 };
-
-interface BackwardCase {
-  name: string;
-  q: FixtureTensor;
-  k: FixtureTensor;
-  v: FixtureTensor;
-  dOut: FixtureTensor;
-  mask?: FixtureTensor;
-  bias?: FixtureTensor;
-  causal?: CausalOption;
-  window?: [number, number];
-  scale?: number;
-  dq: FixtureTensor;
-  dk: FixtureTensor;
-  dv: FixtureTensor;
-  dbias?: FixtureTensor;
-}
-
-const fixture = loadFixture<{ torch: string; cases: BackwardCase[] }>('backward.json');
-
-function optionsOf(c: BackwardCase): AttentionOptions {
-  const o: AttentionOptions = {};
-  if (c.mask) o.mask = fromFixture(c.mask);
-  if (c.bias) o.bias = fromFixture(c.bias);
-  if (c.causal !== undefined) o.causal = c.causal;
-  if (c.window) o.window = c.window;
-  if (c.scale !== undefined) o.scale = c.scale;
-  return o;
-}
+const TOL = { atol: 1e-5, rtol: 1e-4 };
+const fixture = backwardGoldens;
 
 function expectFinite(t: Tensor, label: string): void {
   const bad = t.data.findIndex((x) => !Number.isFinite(x));
   expect(bad, `${label} has a non-finite value at ${bad}`).toBe(-1);
 }
 
-describe(`attentionBackward vs PyTorch ${fixture.torch} autograd`, () => {
+/** The `kernel` option values attentionBackward can serve: 'auto' and each registered kernel with a backward. */
+const PUBLIC_BACKWARD_KERNELS = KERNEL_NAMES.filter(
+  (name) => name === 'auto' || registeredKernels().some((k) => k.name === name && k.backward),
+);
+
+// Each kernel's own backward against these goldens is ring one (test/golden.test.ts); here the public
+// function, its option handling and its forward-then-backward plumbing.
+describe(`public path: attentionBackward vs PyTorch ${fixture.torch} autograd`, () => {
   it('covers every option', () => {
     expect(fixture.cases.length).toBeGreaterThanOrEqual(25);
     const names = fixture.cases.map((c) => c.name).join(' | ');
@@ -66,18 +48,15 @@ describe(`attentionBackward vs PyTorch ${fixture.torch} autograd`, () => {
     }
   });
 
-  for (const kernel of ['reference', 'flash'] as const) {
+  for (const kernel of PUBLIC_BACKWARD_KERNELS) {
     for (const c of fixture.cases) {
-      it(`${kernel}: ${c.name}`, () => {
+      it(`kernel: '${kernel}': ${c.name}`, () => {
         const g = attentionBackward(
           fromFixture(c.q),
           fromFixture(c.k),
           fromFixture(c.v),
           fromFixture(c.dOut),
-          {
-            ...optionsOf(c),
-            kernel,
-          },
+          { ...optionsOf(c), kernel },
         );
         for (const name of ['dq', 'dk', 'dv'] as const) {
           expectFinite(g[name], name);

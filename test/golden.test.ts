@@ -1,8 +1,11 @@
-// Ring one: the reference kernel and the public layer against PyTorch goldens (scripts/make_fixtures.py).
+// Ring one: every registered kernel (the reference first: it is the spec) against the PyTorch goldens
+// (scripts/make_fixtures.py), forward and backward, then the public layer's default path against them.
+// One decision to know: the per-kernel tests drive each kernel object directly at every precision it
+// serves (test/rings/golden.ts), so a test named 'reference' ran the reference and nothing else; a wrong
+// reference fails here by name (test/rings.test.ts proves it with the bias sign flipped).
 
 import { describe, expect, it } from 'vitest';
 import {
-  type AttentionOptions,
   alibiSlopes,
   applyRope,
   attentionWeights,
@@ -11,38 +14,51 @@ import {
   sinusoidalPositionalEncoding,
   Tensor,
 } from '../src/index.js';
+import { kernelOps, registeredKernels } from '../src/kernels/registry.js';
 import { expectAllClose, type FixtureTensor, fromFixture, loadFixture } from './helpers.js';
+import { probeDelegation } from './rings/common.js';
+import {
+  backwardGoldenFailures,
+  backwardGoldens,
+  forwardGoldenFailures,
+  optionsOf,
+  sdpaGoldens as sdpa,
+} from './rings/golden.js';
 
 const tol = { atol: 1e-5, rtol: 1e-4 };
 
-interface SdpaCase {
-  name: string;
-  q: FixtureTensor;
-  k: FixtureTensor;
-  v: FixtureTensor;
-  mask?: FixtureTensor;
-  bias?: FixtureTensor;
-  causal?: 'top-left' | 'bottom-right';
-  window?: [number, number];
-  scale?: number;
-  out: FixtureTensor;
-  weights: FixtureTensor;
+it('the goldens have the cases the fixture script writes, and the registry lists the reference first', () => {
+  expect(sdpa.cases.length).toBeGreaterThanOrEqual(30);
+  expect(backwardGoldens.cases.length).toBeGreaterThanOrEqual(25);
+  expect(registeredKernels()[0].name).toBe('reference');
+});
+
+for (const kernel of registeredKernels()) {
+  describe(`ring one: kernel ${probeDelegation(kernel)}, attention.forward vs PyTorch ${sdpa.torch} (out, weights)`, () => {
+    for (const c of sdpa.cases) {
+      it(`${kernel.name}: ${c.name}`, () => {
+        const { checks, failures } = forwardGoldenFailures(kernel, c);
+        expect(failures).toEqual([]);
+        expect(checks, 'comparisons made').toBeGreaterThanOrEqual(2);
+      });
+    }
+  });
+  if (!kernelOps(kernel).includes('attention.backward')) continue;
+  describe(`ring one: kernel ${kernel.name}, attention.backward vs PyTorch ${backwardGoldens.torch} autograd`, () => {
+    for (const c of backwardGoldens.cases) {
+      it(`${kernel.name}: ${c.name}`, () => {
+        const { checks, failures } = backwardGoldenFailures(kernel, c);
+        expect(failures).toEqual([]);
+        expect(checks, 'comparisons made').toBeGreaterThanOrEqual(3);
+      });
+    }
+  });
 }
 
-const sdpa = loadFixture<{ torch: string; cases: SdpaCase[] }>('sdpa.json');
-
-describe(`scaledDotProductAttention vs PyTorch ${sdpa.torch}`, () => {
-  it('has the cases the fixture script writes', () => {
-    expect(sdpa.cases.length).toBeGreaterThanOrEqual(30);
-  });
+describe(`public path: scaledDotProductAttention and attentionWeights (default kernel 'auto') vs PyTorch ${sdpa.torch}`, () => {
   for (const c of sdpa.cases) {
     it(c.name, () => {
-      const options: AttentionOptions = {};
-      if (c.mask) options.mask = fromFixture(c.mask);
-      if (c.bias) options.bias = fromFixture(c.bias);
-      if (c.causal) options.causal = c.causal;
-      if (c.window) options.window = c.window;
-      if (c.scale !== undefined) options.scale = c.scale;
+      const options = optionsOf(c);
       const q = fromFixture(c.q);
       const k = fromFixture(c.k);
       const out = scaledDotProductAttention(q, k, fromFixture(c.v), options);
@@ -51,15 +67,15 @@ describe(`scaledDotProductAttention vs PyTorch ${sdpa.torch}`, () => {
       expectAllClose(weights, fromFixture(c.weights), { ...tol, label: 'weights' });
     });
   }
-});
 
-it('causal: true is the bottom-right alignment', () => {
-  const c = sdpa.cases.find((x) => x.causal === 'bottom-right' && x.q.shape.at(-2)! > x.k.shape.at(-2)!);
-  expect(c, 'a bottom-right case with L > S').toBeDefined();
-  const out = scaledDotProductAttention(fromFixture(c!.q), fromFixture(c!.k), fromFixture(c!.v), {
-    causal: true,
+  it('causal: true is the bottom-right alignment', () => {
+    const c = sdpa.cases.find((x) => x.causal === 'bottom-right' && x.q.shape.at(-2)! > x.k.shape.at(-2)!);
+    expect(c, 'a bottom-right case with L > S').toBeDefined();
+    const out = scaledDotProductAttention(fromFixture(c!.q), fromFixture(c!.k), fromFixture(c!.v), {
+      causal: true,
+    });
+    expectAllClose(out, fromFixture(c!.out), tol);
   });
-  expectAllClose(out, fromFixture(c!.out), tol);
 });
 
 interface MhaCase {

@@ -23,6 +23,55 @@ export function fromFixture(t: FixtureTensor): Tensor {
   );
 }
 
+/** Elementwise tolerance: |actual − expected| ≤ atol + rtol·|expected|. */
+export interface Tolerance {
+  atol: number;
+  rtol: number;
+}
+
+/**
+ * Why `actual` is not close to `expected` (|a − e| ≤ atol + rtol·|e| elementwise; NaN only where expected
+ * is NaN, equal infinities), naming `label` and the worst element; undefined when it is close. The
+ * non-throwing form, for checks that collect failures (the test rings in test/rings/).
+ */
+export function closeFailure(
+  label: string,
+  actual: ArrayLike<number>,
+  expected: ArrayLike<number>,
+  { atol, rtol }: Tolerance,
+): string | undefined {
+  if (actual.length !== expected.length) {
+    return `${label}: length ${actual.length}, expected ${expected.length}`;
+  }
+  let worst = -1;
+  let worstExcess = 0;
+  for (let i = 0; i < expected.length; i++) {
+    const a = actual[i];
+    const e = expected[i];
+    if (Number.isNaN(e) || Number.isNaN(a)) {
+      if (Number.isNaN(e) !== Number.isNaN(a)) {
+        worst = i;
+        break;
+      }
+      continue;
+    }
+    if (!Number.isFinite(e) || !Number.isFinite(a)) {
+      if (a !== e) {
+        worst = i;
+        break;
+      }
+      continue;
+    }
+    const excess = Math.abs(a - e) - (atol + rtol * Math.abs(e));
+    if (excess > worstExcess) {
+      worstExcess = excess;
+      worst = i;
+    }
+  }
+  if (worst < 0) return undefined;
+  return `${label} not close at flat index ${worst}: got ${actual[worst]}, expected ${expected[worst]} (atol ${atol}, rtol ${rtol})`;
+}
+
 /**
  * Asserts |actual − expected| ≤ atol + rtol·|expected| elementwise (equal shapes; NaN only where expected
  * is NaN, equal infinities). The failure message names the worst element.
@@ -38,36 +87,6 @@ export function expectAllClose(
   const want = isTensor(expected) ? expected.data : expected;
   if (isTensor(expected)) expect(actual.shape, `${label} shape`).toEqual(expected.shape);
   expect(actual.data.length, `${label} length`).toBe(want.length);
-  let worst = -1;
-  let worstExcess = 0;
-  for (let i = 0; i < want.length; i++) {
-    const a = actual.data[i];
-    const e = want[i];
-    if (Number.isNaN(e) || Number.isNaN(a)) {
-      if (Number.isNaN(e) !== Number.isNaN(a)) {
-        worst = i;
-        worstExcess = Number.POSITIVE_INFINITY;
-        break;
-      }
-      continue;
-    }
-    if (!Number.isFinite(e) || !Number.isFinite(a)) {
-      if (a !== e) {
-        worst = i;
-        worstExcess = Number.POSITIVE_INFINITY;
-        break;
-      }
-      continue;
-    }
-    const excess = Math.abs(a - e) - (atol + rtol * Math.abs(e));
-    if (excess > worstExcess) {
-      worstExcess = excess;
-      worst = i;
-    }
-  }
-  if (worst >= 0) {
-    expect.fail(
-      `${label} not close at flat index ${worst}: got ${actual.data[worst]}, expected ${want[worst]} (atol ${atol}, rtol ${rtol})`,
-    );
-  }
+  const failure = closeFailure(label, actual.data, want, { atol, rtol });
+  if (failure) expect.fail(failure);
 }
