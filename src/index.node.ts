@@ -1,9 +1,13 @@
-// qkv for Node (the package's "node" export condition): the public entry, plus worker_threads for
-// scaledDotProductAttentionAsync. Browsers get src/index.ts, which never imports node:*.
-
-import { setThreadPlatform } from './attention/async.js';
-import { nodePlatform } from './threads/node.js';
-
-setThreadPlatform(nodePlatform);
+// qkv for Node (the package's "node" export condition): the public entry, with the async functions and
+// createRuntime bound to worker_threads. Browsers get src/index.ts, which never imports node:*.
+// Re-exports only, like src/index.ts: these named exports take precedence over the same names in
+// `export *`, and importing this module installs nothing (package.json's "sideEffects" does not list it).
 
 export * from './index.js';
+export {
+  attentionBackwardAsync,
+  createRuntime,
+  defaultRuntime,
+  scaledDotProductAttentionAsync,
+  terminateWorkers,
+} from './threads/node.js';

@@ -2,6 +2,9 @@
 
 export {
   type AsyncAttentionOptions,
+  type AsyncBackwardOptions,
+  attentionBackwardAsync,
+  defaultRuntime,
   scaledDotProductAttentionAsync,
   terminateWorkers,
 } from './attention/async.js';
@@ -43,8 +46,25 @@ export { alibiBias, alibiSlopes } from './position/alibi.js';
 export { applyRope, type RopeOptions } from './position/rope.js';
 export { sinusoidalPositionalEncoding } from './position/sinusoidal.js';
 export { Generator, getDefaultGenerator, manualSeed, type RandomOptions } from './random.js';
+export {
+  type AttentionBackwardAsync,
+  createRuntime,
+  type Runtime,
+  type RuntimeOptions,
+  type ScaledDotProductAttentionAsync,
+  type ThreadPlatform,
+  type ThreadWorker,
+} from './runtime.js';
 export { formatShape } from './shape.js';
 export { type DataOf, type DType, type NestedArray, Tensor, type TensorLike } from './tensor.js';
+export { TOKENIZER_TYPES, tokenizerFromJSON } from './text/registry.js';
+export {
+  type SpecialToken,
+  type Tokenizer,
+  type TokenizerJSON,
+  UnknownTokenError,
+} from './text/tokenizer.js';
+export { WordTokenizer, type WordTokenizerOptions } from './text/word.js';
 export { type CheckpointInfo, loadCheckpoint, saveCheckpoint } from './train/checkpoint.js';
 export { lineChartSvg, type PlotOptions, type PlotSeries } from './train/plot.js';
 export {
@@ -59,10 +79,12 @@ export {
 } from './train/pronoun.js';
 export {
   type Batch,
+  type ScoredPosition,
   type SequenceTaskOptions,
   sequenceTask,
   type Task,
   type TaskDefaults,
+  type TaskDisplay,
 } from './train/tasks.js';
 export {
   getTask,
@@ -72,7 +94,7 @@ export {
   Trainer,
   type TrainerOptions,
 } from './train/trainer.js';
-export { stackFromSafetensors } from './viz/checkpoint.js';
+export { type CheckpointStack, stackFromSafetensors } from './viz/checkpoint.js';
 export { colorAt, type Rgb } from './viz/colormap.js';
 export {
   articleScalingExample,

@@ -9,6 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { decodeSafetensors, encodeSafetensors } from '../src/io/safetensors.js';
 import { TinyTransformer } from '../src/model/transformer.js';
 import { Tensor } from '../src/tensor.js';
+import { WordTokenizer } from '../src/text/word.js';
 import { loadCheckpoint, saveCheckpoint } from '../src/train/checkpoint.js';
 import { stackFromSafetensors } from '../src/viz/checkpoint.js';
 import { stackFromStateDict } from '../src/viz/stack.js';
@@ -26,6 +27,11 @@ function withMetadata(patch: Record<string, string | undefined>): Uint8Array {
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries({ ...metadata, ...patch })) if (v !== undefined) out[k] = v;
   return encodeSafetensors(tensors, out);
+}
+
+/** The good checkpoint as an older qkv wrote it: the vocabulary as a 'qkv.vocab' word list (given as JSON). */
+function withLegacyVocab(json: string | undefined): Uint8Array {
+  return withMetadata({ 'qkv.tokenizer': undefined, 'qkv.vocab': json });
 }
 
 /** The good checkpoint with qkv.config fields replaced (undefined deletes the field). */
@@ -58,7 +64,7 @@ describe('loading from Node Buffers (regression: a Buffer is a view into a poole
   it('loadCheckpoint reads a Buffer at an odd offset and a readFileSync Buffer', () => {
     for (const buf of [oddBuffer(good), fileBuffer(good)]) {
       const { model: loaded, info } = loadCheckpoint(buf);
-      expect(info).toEqual({ task: 'test', step: 3, vocab });
+      expect(info).toEqual({ task: 'test', step: 3, tokenizer: new WordTokenizer(vocab) });
       expect(loaded.forward(ids, 1, 4).logits.data).toEqual(logits);
     }
   });
@@ -67,7 +73,7 @@ describe('loading from Node Buffers (regression: a Buffer is a view into a poole
     const path = 'models/pronoun.safetensors';
     const { model: pronoun, info } = loadCheckpoint(readFileSync(path), path);
     expect(info.task).toBe('pronoun');
-    expect(info.vocab).toHaveLength(pronoun.config.vocabSize);
+    expect(info.tokenizer?.vocabSize).toBe(pronoun.config.vocabSize); // its 'qkv.vocab', read as a WordTokenizer
     expect(stackFromSafetensors(readFileSync(path), path).layers).toHaveLength(pronoun.config.numLayers);
   });
 
@@ -192,25 +198,17 @@ describe('checkpoint metadata is validated (regression: scaleScores "no" ran as 
     ['config not JSON', withMetadata({ 'qkv.config': '{nope' }), `qkv.config is not valid JSON`],
     [
       'vocab {length: 96}',
-      withMetadata({ 'qkv.vocab': '{"length":96}' }),
+      withLegacyVocab('{"length":96}'),
       `qkv.vocab must be an array of distinct strings, found {"length":96}`,
     ],
-    [
-      'vocab of numbers',
-      withMetadata({ 'qkv.vocab': '[1,2,3,4]' }),
-      `qkv.vocab entry 0 must be a string, found 1`,
-    ],
-    [
-      'vocab with a repeat',
-      withMetadata({ 'qkv.vocab': '["the","cat","the","down"]' }),
-      `qkv.vocab entry 2 repeats "the"`,
-    ],
+    ['vocab of numbers', withLegacyVocab('[1,2,3,4]'), `qkv.vocab entry 0 must be a string, found 1`],
+    ['vocab with a repeat', withLegacyVocab('["the","cat","the","down"]'), `qkv.vocab entry 2 repeats "the"`],
     [
       'vocab too short',
-      withMetadata({ 'qkv.vocab': '["the","cat","sat"]' }),
+      withLegacyVocab('["the","cat","sat"]'),
       `qkv.vocab has 3 words but qkv.config has vocabSize 4`,
     ],
-    ['vocab not JSON', withMetadata({ 'qkv.vocab': '[the' }), `qkv.vocab is not valid JSON`],
+    ['vocab not JSON', withLegacyVocab('[the'), `qkv.vocab is not valid JSON`],
     [
       'step a word',
       withMetadata({ 'qkv.step': 'abc' }),
@@ -237,7 +235,7 @@ describe('checkpoint metadata is validated (regression: scaleScores "no" ran as 
   it('loadCheckpoint still accepts what saveCheckpoint writes, and optional fields left out', () => {
     expect(loadCheckpoint(withConfig({ scaleScores: false })).model.config.scaleScores).toBe(false);
     const bare = loadCheckpoint(
-      withMetadata({ 'qkv.vocab': undefined, 'qkv.step': undefined, 'qkv.task': undefined }),
+      withMetadata({ 'qkv.tokenizer': undefined, 'qkv.step': undefined, 'qkv.task': undefined }),
     );
     expect(bare.info).toEqual({});
     expect(loadCheckpoint(withConfig({ scaleScores: undefined, dropout: undefined })).model.config).toEqual(
@@ -280,15 +278,15 @@ describe('checkpoint metadata is validated (regression: scaleScores "no" ran as 
     ['config an array', withMetadata({ 'qkv.config': '[]' }), `qkv.config must be a JSON object, found []`],
     [
       'vocab {length: 96}',
-      withMetadata({ 'qkv.vocab': '{"length":96}' }),
+      withLegacyVocab('{"length":96}'),
       `qkv.vocab must be an array of distinct strings, found {"length":96}`,
     ],
+    ['vocab with a repeat', withLegacyVocab('["the","cat","the","down"]'), `qkv.vocab entry 2 repeats "the"`],
     [
-      'vocab with a repeat',
-      withMetadata({ 'qkv.vocab': '["the","cat","the","down"]' }),
-      `qkv.vocab entry 2 repeats "the"`,
+      'tokenizer missing',
+      withLegacyVocab(undefined),
+      `no 'qkv.tokenizer' (nor the older 'qkv.vocab') in its metadata`,
     ],
-    ['vocab missing', withMetadata({ 'qkv.vocab': undefined }), `no 'qkv.vocab' in its metadata`],
     [
       'step a word',
       withMetadata({ 'qkv.step': 'abc' }),

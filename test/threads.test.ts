@@ -1,6 +1,7 @@
 // The worker pool, through the built Node entry (dist/index.node.js, which `npm test` builds first):
-// threaded results equal the reference, worker errors reject with their message, processes exit, and the
-// pool's memory is bounded: no more workers than cores, idle workers exit, at most two shared buffers.
+// threaded results equal the reference, forward and backward; workers return out, weights, lse and
+// gradients; float16 crosses as halves; worker errors reject with their message; processes exit; the pool's
+// memory is bounded: no more workers than cores, idle workers exit, at most two shared buffers per runtime.
 
 import { spawnSync } from 'node:child_process';
 import { availableParallelism } from 'node:os';
@@ -10,10 +11,14 @@ import { expectAllClose } from './helpers.js';
 
 const dist = fileURLToPath(new URL('../dist/', import.meta.url));
 const qkv = await import(`${dist}index.node.js`);
-const asyncModule = await import(`${dist}attention/async.js`);
 const core = await import(`${dist}threads/worker-core.js`);
+const { Pool } = await import(`${dist}threads/pool.js`);
 const { nodePlatform } = await import(`${dist}threads/node.js`);
-const { Tensor, scaledDotProductAttention, scaledDotProductAttentionAsync } = qkv;
+const { BufferLayout, readBack } = await import(`${dist}kernels/transfer.js`);
+const { kernelByName } = await import(`${dist}kernels/registry.js`);
+const { forwardAll, KernelResourceError } = await import(`${dist}kernels/types.js`);
+const { planAttention } = await import(`${dist}attention/plan.js`);
+const { Tensor, scaledDotProductAttention, scaledDotProductAttentionAsync, defaultRuntime } = qkv;
 
 afterAll(() => qkv.terminateWorkers());
 
@@ -59,7 +64,7 @@ describe('scaledDotProductAttentionAsync', () => {
         const got = await scaledDotProductAttentionAsync(q, k, v, { ...options, kernel, threads: 2 });
         expectAllClose(got, want, { atol: 1e-5, rtol: 1e-4 });
         // It really went to workers (threads are capped at the cores, so one on a one-core machine).
-        expect(asyncModule.getPool().size).toBeGreaterThanOrEqual(Math.min(2, availableParallelism()));
+        expect(defaultRuntime.workers).toBeGreaterThanOrEqual(Math.min(2, availableParallelism()));
       });
     }
   }
@@ -75,25 +80,109 @@ describe('scaledDotProductAttentionAsync', () => {
   });
 
   it('an error inside a worker rejects with the original message', async () => {
-    const pool = asyncModule.getPool();
-    const buffer = new SharedArrayBuffer(64);
-    const span = { offset: 16, length: 1 };
-    const job = {
-      kernel: 'no-such-kernel',
-      buffer,
+    const pool = new Pool(nodePlatform);
+    const job = (op: string, kernel: string) => ({
+      op,
+      kernel,
+      buffer: new SharedArrayBuffer(64),
       tasks: 1,
-      rowsPerTask: 1,
-      dims: { B: 1, Hq: 1, Hkv: 1, L: 1, S: 1, E: 1, Ev: 1, scale: 1, shift: 0, left: 1, right: 1 },
-      q: span,
-      k: span,
-      v: span,
-      out: span,
-    };
-    await expect(pool.run(job, 2)).rejects.toThrow("unknown kernel 'no-such-kernel'");
-    // The pool still works afterwards.
+      args: { problem: { L: 1 }, outputs: {}, rowsPerTask: 1 },
+    });
+    await expect(pool.run(job('attention.forward', 'no-such-kernel'), 2)).rejects.toThrow(
+      "unknown kernel 'no-such-kernel'",
+    );
+    await expect(pool.run(job('gemm', 'flash'), 2)).rejects.toThrow("unknown operation 'gemm'");
+    pool.terminate();
+    // The runtime's pool works.
     const q = Tensor.randn([1, 2, 256, 32], { seed: 5 });
     const out = await scaledDotProductAttentionAsync(q, q, q, { threads: 2 });
     expectAllClose(out, scaledDotProductAttention(q, q, q), { atol: 1e-5, rtol: 1e-4 });
+  });
+});
+
+describe('what workers return', () => {
+  it('a forward job returns out, weights and lse, each equal to the kernel run on this thread', async () => {
+    const q = Tensor.randn([2, 4, 70, 16], { seed: 21 });
+    const k = Tensor.randn([2, 2, 90, 16], { seed: 22 });
+    const v = Tensor.randn([2, 2, 90, 8], { seed: 23 });
+    const mask = new Tensor(
+      Float32Array.from({ length: 90 }, (_, j) => (j % 7 ? 1 : 0)),
+      [90],
+    );
+    const plan = planAttention('test', q, k, v, { causal: 'top-left', mask, window: [20, 0] });
+    const p = plan.problem;
+    const sizes = { out: p.B * p.Hq * p.L * p.Ev, weights: p.B * p.Hq * p.L * p.S, lse: p.B * p.Hq * p.L };
+    const want = {
+      out: new Float32Array(sizes.out),
+      weights: new Float32Array(sizes.weights),
+      lse: new Float64Array(sizes.lse),
+    };
+    forwardAll(kernelByName('flash'), p, want);
+    const got = {
+      out: new Float32Array(sizes.out),
+      weights: new Float32Array(sizes.weights),
+      lse: new Float64Array(sizes.lse),
+    };
+    const layout = new BufferLayout(16);
+    const args = { problem: layout.place(p, 'copy'), outputs: layout.place(got, 'zero'), rowsPerTask: 32 };
+    const buffer = new SharedArrayBuffer(layout.byteLength);
+    layout.write(buffer);
+    const pool = new Pool(nodePlatform);
+    const tasks = p.B * p.Hq * Math.ceil(p.L / 32);
+    await pool.run({ op: 'attention.forward', kernel: 'flash', buffer, tasks, args }, 2);
+    pool.terminate();
+    readBack(got, args.outputs, buffer);
+    expect(got.out).toEqual(want.out);
+    expect(got.weights).toEqual(want.weights);
+    expect(got.lse).toEqual(want.lse);
+    // Row 0 of each head sees only key 0, which the mask blocks: its −Infinity comes back too.
+    expect(got.lse.filter((x) => x === Number.NEGATIVE_INFINITY)).toHaveLength(p.B * p.Hq);
+    expect(got.lse.filter((x) => x !== 0 && Number.isFinite(x))).toHaveLength(sizes.lse - p.B * p.Hq);
+  });
+
+  const backwardCases = [
+    { name: 'GQA, causal, a bias shared by the batch (dbias summed over it)', kernel: 'auto', half: false },
+    { name: 'the reference backward (no forward first)', kernel: 'reference', half: false },
+    { name: 'float16 inputs', kernel: 'auto', half: true },
+  ] as const;
+  for (const c of backwardCases) {
+    it(`attentionBackwardAsync equals attentionBackward: ${c.name}`, async () => {
+      let q = Tensor.randn([2, 4, 96, 32], { seed: 31 });
+      let k = Tensor.randn([2, 2, 120, 32], { seed: 32 });
+      let v = Tensor.randn([2, 2, 120, 16], { seed: 33 });
+      if (c.half) [q, k, v] = [q.to('float16'), k.to('float16'), v.to('float16')];
+      const dOut = Tensor.randn([2, 4, 96, 16], { seed: 34 });
+      const mask = new Tensor(
+        Float32Array.from({ length: 120 }, (_, j) => (j % 5 ? 1 : 0)),
+        [120],
+      );
+      const options = {
+        causal: true,
+        bias: Tensor.randn([4, 96, 120], { seed: 35 }),
+        mask,
+        kernel: c.kernel,
+      };
+      const want = qkv.attentionBackward(q, k, v, dOut, options);
+      const runtime = qkv.createRuntime();
+      const got = await runtime.attentionBackwardAsync(q, k, v, dOut, { ...options, threads: 2 });
+      expect(runtime.workers).toBe(Math.min(2, availableParallelism()));
+      runtime.terminateWorkers();
+      for (const name of ['dq', 'dk', 'dv', 'dbias'] as const) {
+        expect(got[name]?.shape).toEqual(want[name]?.shape);
+        // dbias sums each worker's float64 partials: the order differs from one thread's, by an ulp at most.
+        expectAllClose(got[name], want[name], { atol: 1e-6, rtol: 1e-6 });
+      }
+    });
+  }
+
+  it('attentionBackwardAsync validates like attentionBackward', async () => {
+    const q = Tensor.randn([1, 2, 8, 4], { seed: 36 });
+    await expect(qkv.attentionBackwardAsync(q, q, q, Tensor.randn([1, 2, 8, 5]))).rejects.toThrow(
+      /attentionBackwardAsync: dOut has shape \[1,2,8,5\] but the output has shape \[1,2,8,4\]/,
+    );
+    await expect(qkv.attentionBackwardAsync(q, q, q, q, { threads: 1.5 })).rejects.toThrow(
+      /attentionBackwardAsync: threads must be a positive integer, got 1.5/,
+    );
   });
 });
 
@@ -127,15 +216,16 @@ it('a Node process that used the pool exits on its own', () => {
 });
 
 it('repeated calls reuse one shared buffer instead of growing the process by a job each time', () => {
-  // A 41 MB job (q, k, v and out of 40000×64) eight times over; a window keeps the compute small.
+  // A 41 MB job (q, k, v and out of 40000×64; three distinct arrays, since one array passed as q, k and
+  // v is placed once) eight times over; a window keeps the compute small.
   // Each worker keeps every buffer it was sent until it collects garbage, so a buffer per call grew
   // array-buffer memory by ~340 MB here; one reused buffer plus the discarded outputs stay under 160.
   const script = `
     const { Tensor, scaledDotProductAttentionAsync, terminateWorkers } =
       await import(${JSON.stringify(`${dist}index.node.js`)});
-    const q = Tensor.randn([1, 1, 40000, 64], { seed: 1 });
+    const [q, k, v] = [1, 2, 3].map((seed) => Tensor.randn([1, 1, 40000, 64], { seed }));
     const base = process.memoryUsage().arrayBuffers;
-    for (let i = 0; i < 8; i++) await scaledDotProductAttentionAsync(q, q, q, { window: [8, 0], threads: 2 });
+    for (let i = 0; i < 8; i++) await scaledDotProductAttentionAsync(q, k, v, { window: [8, 0], threads: 2 });
     console.log(Math.round((process.memoryUsage().arrayBuffers - base) / 2 ** 20));
     terminateWorkers();
   `;
@@ -153,7 +243,7 @@ describe('the pool is bounded by the cores and lets idle workers go', () => {
   // A platform whose "workers" run the real worker code on this thread, so counting them costs nothing
   // (before the cap, threads: 256 made 256 of them; with Node's platform, 256 real ones took 2.4 GB).
   function inlinePlatform(cores: number) {
-    const made = { workers: 0 };
+    const made = { workers: 0, jobs: [] as Record<string, unknown>[] };
     const platform = {
       name: 'inline',
       cores: () => cores,
@@ -162,7 +252,10 @@ describe('the pool is bounded by the cores and lets idle workers go', () => {
         made.workers++;
         let handler: (m: unknown) => void = () => {};
         return {
-          post: (message: unknown) => setTimeout(() => core.handleMessage(message, handler)),
+          post: (message: { job: Record<string, unknown> }) => {
+            made.jobs.push(message.job);
+            setTimeout(() => core.handleMessage(message, handler));
+          },
           onMessage: (h: (m: unknown) => void) => {
             handler = h;
           },
@@ -176,66 +269,129 @@ describe('the pool is bounded by the cores and lets idle workers go', () => {
     return { platform, made };
   }
 
-  afterAll(() => {
-    asyncModule.setWorkerIdleTimeout?.(30_000);
-    asyncModule.setThreadPlatform(nodePlatform);
-  });
-
   it('threads: 256 makes at most as many workers as the platform has cores', async () => {
     const { platform, made } = inlinePlatform(3);
-    asyncModule.setThreadPlatform(platform);
+    const runtime = qkv.createRuntime({ platform });
     const q = Tensor.randn([1, 8, 256, 64], { seed: 8 }); // 64 tasks of 32 rows
-    const out = await scaledDotProductAttentionAsync(q, q, q, { threads: 256 });
+    const out = await runtime.scaledDotProductAttentionAsync(q, q, q, { threads: 256 });
     expectAllClose(out, scaledDotProductAttention(q, q, q), { atol: 1e-5, rtol: 1e-4 });
     expect(made.workers).toBe(3);
-    expect(asyncModule.getPool().size).toBe(3);
+    expect(runtime.workers).toBe(3);
     // The pool itself enforces the cap too (for callers of pool.run).
-    asyncModule.setThreadPlatform(platform);
-    const span = { offset: 16, length: 1 };
+    const pool = new Pool(platform);
     const job = {
+      op: 'attention.forward',
       kernel: 'flash',
       buffer: new SharedArrayBuffer(64),
       tasks: 0,
-      rowsPerTask: 1,
-      dims: { B: 1, Hq: 1, Hkv: 1, L: 1, S: 1, E: 1, Ev: 1, scale: 1, shift: 0, left: 1, right: 1 },
-      q: span,
-      k: span,
-      v: span,
-      out: span,
+      args: { problem: { L: 1 }, outputs: {}, rowsPerTask: 1 },
     };
-    await asyncModule.getPool().run(job, 50);
-    expect(asyncModule.getPool().size).toBe(3);
+    await pool.run(job, 50);
+    expect(pool.size).toBe(3);
+  });
+
+  it('runtimes are independent: their own workers, defaults and termination', async () => {
+    const one = inlinePlatform(2);
+    const two = inlinePlatform(2);
+    const a = qkv.createRuntime({ platform: one.platform, threads: 1 });
+    const b = qkv.createRuntime({ platform: two.platform });
+    const q = Tensor.randn([1, 4, 256, 64], { seed: 12 });
+    const want = scaledDotProductAttention(q, q, q);
+    expectAllClose(await a.scaledDotProductAttentionAsync(q, q, q), want, { atol: 1e-5, rtol: 1e-4 });
+    expectAllClose(await b.scaledDotProductAttentionAsync(q, q, q), want, { atol: 1e-5, rtol: 1e-4 });
+    expect([a.workers, b.workers, one.made.workers, two.made.workers]).toEqual([1, 2, 1, 2]); // a's threads: 1
+    a.terminateWorkers();
+    expect([a.workers, b.workers]).toEqual([0, 2]);
+    expect(a.threads).toBe(1);
+    expect(() => qkv.createRuntime({ thread: 2 })).toThrow(/createRuntime: unknown option 'thread'/);
+    expect(() => qkv.createRuntime({ threads: 0 })).toThrow(
+      /createRuntime: threads must be a positive integer, got 0/,
+    );
+    expect(() => qkv.createRuntime({ platform: {} })).toThrow(
+      /createRuntime: platform must have a createWorker\(\) method/,
+    );
+    expect(() => {
+      b.idleMs = -1;
+    }).toThrow(/idleMs must be ≥ 0/);
+  });
+
+  it('float16 inputs cross as halves to a kernel that reads them, widened once for one that does not', async () => {
+    const { platform, made } = inlinePlatform(2);
+    const runtime = qkv.createRuntime({ platform });
+    const x = Tensor.randn([1, 4, 256, 32], { seed: 13 }).to('float16');
+    for (const kernel of ['wasm', 'flash'] as const) {
+      made.jobs.length = 0;
+      const got = await runtime.scaledDotProductAttentionAsync(x, x, x, { kernel, threads: 2 });
+      expect(got.data).toEqual(scaledDotProductAttention(x, x, x, { kernel }).data);
+      const problem = made.jobs[0].args as {
+        problem: { q: { $array: string; length: number }; half?: unknown };
+      };
+      if (kernel === 'wasm') {
+        expect(problem.problem.half).toMatchObject({ q: { $array: 'Uint16Array', length: x.size } });
+        expect(problem.problem.q.length).toBe(0);
+      } else {
+        expect(problem.problem.half).toBeUndefined();
+        expect(problem.problem.q).toMatchObject({ $array: 'Float32Array', length: x.size });
+      }
+    }
+  });
+
+  it("a worker whose kernel is refused memory hands the rest to Job.fallback ('auto' only)", async () => {
+    const { platform, made } = inlinePlatform(2);
+    const runtime = qkv.createRuntime({ platform });
+    const wasm = kernelByName('wasm');
+    const forwardRows = wasm.forwardRows;
+    let refused = 0;
+    wasm.forwardRows = () => {
+      refused++;
+      throw new KernelResourceError('WebAssembly.Memory(): could not allocate memory');
+    };
+    try {
+      const q = Tensor.randn([1, 4, 256, 32], { seed: 14 });
+      const got = await runtime.scaledDotProductAttentionAsync(q, q, q, { causal: true, threads: 2 });
+      expect(made.jobs[0]).toMatchObject({ kernel: 'wasm', fallback: 'flash' });
+      // At most once per worker: the fallback then serves that task and the rest. (These in-thread workers
+      // run one after the other, so the first one usually claims every task.)
+      expect(refused).toBeGreaterThanOrEqual(1);
+      expect(refused).toBeLessThanOrEqual(2);
+      expect(got.data).toEqual(scaledDotProductAttention(q, q, q, { causal: true, kernel: 'flash' }).data);
+      await expect(
+        runtime.scaledDotProductAttentionAsync(q, q, q, { kernel: 'wasm', threads: 2 }),
+      ).rejects.toThrow(/scaledDotProductAttentionAsync: WebAssembly.Memory\(\): could not allocate memory/);
+    } finally {
+      wasm.forwardRows = forwardRows;
+    }
   });
 
   it('with Node workers, threads above availableParallelism() stops at the core count', async () => {
-    asyncModule.setThreadPlatform(nodePlatform);
+    const runtime = qkv.createRuntime();
     const cores = availableParallelism();
     const q = Tensor.randn([1, 8, 256, 64], { seed: 9 });
-    const out = await scaledDotProductAttentionAsync(q, q, q, { threads: cores + 3 });
+    const out = await runtime.scaledDotProductAttentionAsync(q, q, q, { threads: cores + 3 });
     expectAllClose(out, scaledDotProductAttention(q, q, q), { atol: 1e-5, rtol: 1e-4 });
-    expect(asyncModule.getPool().size).toBe(Math.min(cores, 64));
+    expect(runtime.workers).toBe(Math.min(cores, 64));
+    runtime.terminateWorkers();
   });
 
   it('idle workers exit after the idle timeout, and the next call starts new ones', async () => {
-    asyncModule.setThreadPlatform(nodePlatform);
-    asyncModule.setWorkerIdleTimeout(150);
+    const runtime = qkv.createRuntime({ idleMs: 150 });
     const q = Tensor.randn([1, 4, 256, 32], { seed: 10 });
-    await scaledDotProductAttentionAsync(q, q, q, { threads: 2 });
-    const pool = asyncModule.getPool();
-    expect(pool.size).toBeGreaterThanOrEqual(1);
+    await runtime.scaledDotProductAttentionAsync(q, q, q, { threads: 2 });
+    expect(runtime.workers).toBeGreaterThanOrEqual(1);
     const deadline = Date.now() + 10_000; // generous: the timeout is 150 ms
-    while (pool.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-    expect(pool.size).toBe(0);
-    const out = await scaledDotProductAttentionAsync(q, q, q, { threads: 2 });
+    while (runtime.workers > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(runtime.workers).toBe(0);
+    const out = await runtime.scaledDotProductAttentionAsync(q, q, q, { threads: 2 });
     expectAllClose(out, scaledDotProductAttention(q, q, q), { atol: 1e-5, rtol: 1e-4 });
-    expect(pool.size).toBeGreaterThanOrEqual(1);
+    expect(runtime.workers).toBeGreaterThanOrEqual(1);
     // A pool that keeps being used keeps its workers: calls closer together than the timeout.
-    asyncModule.setWorkerIdleTimeout(1_000);
+    runtime.idleMs = 1_000;
     for (let i = 0; i < 4; i++) {
-      await scaledDotProductAttentionAsync(q, q, q, { threads: 2 });
+      await runtime.scaledDotProductAttentionAsync(q, q, q, { threads: 2 });
       await new Promise((r) => setTimeout(r, 100));
     }
-    expect(pool.size).toBeGreaterThanOrEqual(1);
+    expect(runtime.workers).toBeGreaterThanOrEqual(1);
+    runtime.terminateWorkers();
   });
 });
 

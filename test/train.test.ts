@@ -182,9 +182,10 @@ describe('checkpoints and plots', () => {
   it('save → load gives identical weights and logits', () => {
     const trainer = new Trainer({ task: 'copy', steps: 2, seed: 4 });
     trainer.trainStep();
-    const bytes = saveCheckpoint(trainer.model, { task: 'copy', step: 1, vocab: [...trainer.task.vocab] });
+    const bytes = saveCheckpoint(trainer.model, { task: 'copy', step: 1, tokenizer: trainer.task.tokenizer });
     const { model, info } = loadCheckpoint(bytes);
-    expect(info).toEqual({ task: 'copy', step: 1, vocab: trainer.task.vocab });
+    expect(info).toEqual({ task: 'copy', step: 1, tokenizer: trainer.task.tokenizer });
+    expect(loadCheckpoint(trainer.checkpoint()).info).toEqual(info); // the Trainer writes the same
     const b = trainer.task.batch(new Generator(1), 2);
     const a = trainer.model.forward(b.ids, b.B, b.L).logits.data;
     expect(model.forward(b.ids, b.B, b.L).logits.data).toEqual(a);

@@ -5,10 +5,16 @@
 // from q and k, needing no forward).
 
 import { chooseBackward } from '../kernels/registry.js';
-import { type AttentionGrads, type BackwardInputs, backwardAll, float32Problem } from '../kernels/types.js';
+import {
+  type AttentionGrads,
+  type AttentionProblem,
+  type BackwardInputs,
+  backwardAll,
+  float32Problem,
+} from '../kernels/types.js';
 import { formatShape, sizeOf } from '../shape.js';
 import { Tensor, type TensorLike, toTensor } from '../tensor.js';
-import { type AttentionInput, type AttentionOptions, planAttention } from './plan.js';
+import { type AttentionInput, type AttentionOptions, type AttentionPlan, planAttention } from './plan.js';
 import { runKernel } from './sdpa.js';
 
 /**
@@ -50,29 +56,8 @@ export function attentionBackward(
   dOut: TensorLike,
   options: AttentionBackwardOptions = {},
 ): AttentionGradients {
-  const plan = planAttention(FN, q, k, v, options);
-  const shapeOf = (x: AttentionInput, arg: string) =>
-    x instanceof Tensor ? x.shape : toTensor(x, FN, arg).shape;
-  const [qShape, kShape, vShape] = [shapeOf(q, 'query'), shapeOf(k, 'key'), shapeOf(v, 'value')];
-  const g = toTensor(dOut, FN, 'dOut');
-  if (g.shape.length !== plan.outShape.length || g.shape.some((d, i) => d !== plan.outShape[i])) {
-    throw new RangeError(
-      `${FN}: dOut has shape ${formatShape(g.shape)} but the output has shape ${formatShape(plan.outShape)} ` +
-        `(query ${formatShape(qShape)}, key ${formatShape(kShape)}, value ${formatShape(vShape)})`,
-    );
-  }
-  const biasT = options.bias === undefined ? undefined : toTensor(options.bias, FN, 'bias');
-
-  // Float16 inputs arrive as bits in problem.half: the backward reads float32, so widen them once. This
-  // is the exact public backward: scores and log-sum-exp in float64 (so WASM's float32 forward declines).
-  const problem = { ...float32Problem(plan.problem), precision: 'float64' as const };
-  const grads: AttentionGrads = {
-    dq: new Float32Array(sizeOf(qShape)),
-    dk: new Float32Array(sizeOf(kShape)),
-    dv: new Float32Array(sizeOf(vShape)),
-    dbias: biasT ? new Float32Array(biasT.size) : undefined,
-  };
-  const inputs: BackwardInputs = { dOut: g.data };
+  const { plan, problem, inputs, grads, shapes } = planBackward(FN, q, k, v, dOut, options);
+  const [qShape, kShape, vShape, biasShape] = shapes;
   if (plan.kernel !== 'reference') {
     // The forward's output and log-sum-exp (float64: exp(s − lse) with a float32 lse is off by ~1% once
     // |s| ~ 1e5), for the backward passes that recompute probabilities from them.
@@ -89,6 +74,47 @@ export function attentionBackward(
     dq: new Tensor(grads.dq as Float32Array, qShape),
     dk: new Tensor(grads.dk as Float32Array, kShape),
     dv: new Tensor(grads.dv as Float32Array, vShape),
-    ...(biasT && grads.dbias ? { dbias: new Tensor(grads.dbias as Float32Array, biasT.shape) } : {}),
+    ...(biasShape && grads.dbias ? { dbias: new Tensor(grads.dbias as Float32Array, biasShape) } : {}),
   };
+}
+
+/**
+ * attentionBackward's checks and buffers, shared with its async twin (src/runtime.ts), so both give the
+ * same errors for the same arguments.
+ */
+export function planBackward(
+  fn: string,
+  q: AttentionInput,
+  k: AttentionInput,
+  v: AttentionInput,
+  dOut: TensorLike,
+  options: AttentionBackwardOptions,
+): {
+  plan: AttentionPlan;
+  problem: AttentionProblem;
+  inputs: BackwardInputs;
+  grads: AttentionGrads;
+  shapes: [readonly number[], readonly number[], readonly number[], readonly number[] | undefined];
+} {
+  const plan = planAttention(fn, q, k, v, options);
+  const shapeOf = (x: AttentionInput, arg: string) =>
+    x instanceof Tensor ? x.shape : toTensor(x, fn, arg).shape;
+  const [qShape, kShape, vShape] = [shapeOf(q, 'query'), shapeOf(k, 'key'), shapeOf(v, 'value')];
+  const g = toTensor(dOut, fn, 'dOut');
+  if (g.shape.length !== plan.outShape.length || g.shape.some((d, i) => d !== plan.outShape[i])) {
+    throw new RangeError(
+      `${fn}: dOut has shape ${formatShape(g.shape)} but the output has shape ${formatShape(plan.outShape)} ` +
+        `(query ${formatShape(qShape)}, key ${formatShape(kShape)}, value ${formatShape(vShape)})`,
+    );
+  }
+  const biasT = options.bias === undefined ? undefined : toTensor(options.bias, fn, 'bias');
+  // The exact backward, as attentionBackward: float32 inputs, scores and log-sum-exp in float64.
+  const problem = { ...float32Problem(plan.problem), precision: 'float64' as const };
+  const grads: AttentionGrads = {
+    dq: new Float32Array(sizeOf(qShape)),
+    dk: new Float32Array(sizeOf(kShape)),
+    dv: new Float32Array(sizeOf(vShape)),
+    dbias: biasT ? new Float32Array(biasT.size) : undefined,
+  };
+  return { plan, problem, inputs: { dOut: g.data }, grads, shapes: [qShape, kShape, vShape, biasT?.shape] };
 }

@@ -3,12 +3,13 @@
 // One decision to know: masks use qkv's polarity (nonzero = may attend), not nn.MultiheadAttention's
 // boolean attn_mask (True = blocked); a key padding mask is a mask of shape [B, 1, 1, S].
 
-import { linear, swapMiddle } from '../kernels/matmul.js';
-import { type Generator, type RandomOptions, resolveGenerator } from '../random.js';
-import { checkAllocation, checkBoolean, checkInteger, formatShape, sizeOf } from '../shape.js';
+import { attentionSublayer } from '../model/block.js';
+import { tensorOps } from '../model/ops-tensor.js';
+import { type AttentionDims, attentionParamSpecs, fillInit, type Init, isPacked } from '../model/params.js';
+import { type RandomOptions, resolveGenerator } from '../random.js';
+import { checkAllocation, checkBoolean, checkInteger, formatShape } from '../shape.js';
 import { Tensor, type TensorLike, toTensor } from '../tensor.js';
-import { type AttentionOptions, checkBroadcast, checkOptionNames, planAttention } from './plan.js';
-import { runKernel } from './sdpa.js';
+import { type AttentionOptions, checkBroadcast, checkOptionNames } from './plan.js';
 
 /** Constructor options of MultiHeadAttention. */
 export interface MultiHeadAttentionOptions extends RandomOptions {
@@ -195,27 +196,36 @@ export class MultiHeadAttention {
     this.vdim = vdim;
     this.hasBias = bias;
 
-    // PyTorch's _reset_parameters: Xavier-uniform in-projections (over the packed [3D, D] matrix when it
-    // is packed), Linear's default U(±1/√D) for out_proj.weight, zero biases.
+    // PyTorch's _reset_parameters, as the parameter table states it (Xavier-uniform in-projections over
+    // the packed [3D, D] matrix when it is packed, U(±1/√D) for out_proj.weight, zero biases).
     const gen = resolveGenerator(options, CTOR);
-    if (this.packed) {
-      const bound = Math.sqrt(6 / (embedDim + 3 * embedDim));
-      this.qProjWeight = uniform([embedDim, embedDim], bound, gen);
-      this.kProjWeight = uniform([kvWidth, kdim], bound, gen);
-      this.vProjWeight = uniform([kvWidth, vdim], bound, gen);
-    } else {
-      this.qProjWeight = uniform([embedDim, embedDim], Math.sqrt(6 / (2 * embedDim)), gen);
-      this.kProjWeight = uniform([kvWidth, kdim], Math.sqrt(6 / (kvWidth + kdim)), gen);
-      this.vProjWeight = uniform([kvWidth, vdim], Math.sqrt(6 / (kvWidth + vdim)), gen);
-    }
+    const init = new Map(attentionParamSpecs(this.#dims()).map((s) => [s.name, s.init]));
+    const draw = (shape: number[], rule: Init) => {
+      const t = Tensor.zeros(shape);
+      fillInit(rule, t.data, gen);
+      return t;
+    };
+    // Packed, the three [D, D] blocks of in_proj_weight are drawn in order: the same numbers as one [3D, D].
+    const [q, k, v] = this.packed
+      ? Array(3).fill(init.get('in_proj_weight')!)
+      : ['q', 'k', 'v'].map((x) => init.get(`${x}_proj_weight`)!);
+    this.qProjWeight = draw([embedDim, embedDim], q);
+    this.kProjWeight = draw([kvWidth, kdim], k);
+    this.vProjWeight = draw([kvWidth, vdim], v);
     this.inProjBias = bias ? Tensor.zeros([embedDim + 2 * kvWidth]) : undefined;
-    this.outProjWeight = uniform([embedDim, embedDim], 1 / Math.sqrt(embedDim), gen);
+    this.outProjWeight = draw([embedDim, embedDim], init.get('out_proj.weight')!);
     this.outProjBias = bias ? Tensor.zeros([embedDim]) : undefined;
+  }
+
+  /** The widths the parameter table is written in. */
+  #dims(): AttentionDims {
+    const { embedDim, numHeads, numKvHeads, headDim, kdim, vdim, hasBias } = this;
+    return { embedDim, numHeads, numKvHeads, headDim, valueDim: headDim, kdim, vdim, bias: hasBias };
   }
 
   /** True when q, k, v weights are stored as one in_proj_weight (PyTorch: kdim = vdim = embedDim, no GQA). */
   get packed(): boolean {
-    return this.kdim === this.embedDim && this.vdim === this.embedDim && this.numKvHeads === this.numHeads;
+    return isPacked(this.#dims());
   }
 
   /**
@@ -261,16 +271,7 @@ export class MultiHeadAttention {
     if (v.shape[v.rank - 2] !== S) {
       throw new RangeError(`${FORWARD}: value has S=${v.shape[v.rank - 2]} but key has S=${S} (${shapes})`);
     }
-    const { numHeads: H, numKvHeads: Hkv, headDim: hd, embedDim: D } = this;
-    const bias = this.inProjBias?.data;
-
-    // Projections, then split heads: [B, L, H, hd] → [B, H, L, hd].
-    const qp = linear(q.data, B * L, D, this.qProjWeight.data, 0, H * hd, bias, 0);
-    const kp = linear(k.data, B * S, this.kdim, this.kProjWeight.data, 0, Hkv * hd, bias, D);
-    const vp = linear(v.data, B * S, this.vdim, this.vProjWeight.data, 0, Hkv * hd, bias, D + Hkv * hd);
-    const qh = new Tensor(swapMiddle(qp, B, L, H, hd), [B, H, L, hd]);
-    const kh = new Tensor(swapMiddle(kp, B, S, Hkv, hd), [B, Hkv, S, hd]);
-    const vh = new Tensor(swapMiddle(vp, B, S, Hkv, hd), [B, Hkv, S, hd]);
+    const { numHeads: H, numKvHeads: Hkv, embedDim: D } = this;
 
     const { needWeights = false, ...attention } = options;
     // Convert nested-array masks and biases once, here, rather than in both checks below.
@@ -280,31 +281,32 @@ export class MultiHeadAttention {
     const targetName = batched ? '[B, H, L, S]' : '[H, L, S]';
     checkBroadcast(FORWARD, 'mask', attention.mask, target, targetName, shapes);
     checkBroadcast(FORWARD, 'bias', attention.bias, target, targetName, shapes);
-    const plan = planAttention(FORWARD, qh, kh, vh, attention);
-    const heads = new Float32Array(B * H * L * hd);
-    const weights = needWeights ? new Float32Array(sizeOf(plan.weightsShape)) : undefined;
-    runKernel(FORWARD, plan, { out: heads, weights });
 
-    // Merge heads: [B, H, L, hd] → [B, L, H·hd], then the output projection.
-    const merged = swapMiddle(heads, B, H, L, hd);
-    const out = linear(merged, B * L, D, this.outProjWeight.data, 0, D, this.outProjBias?.data, 0);
+    // The shared attention sublayer: projections, split heads, attention, merge heads, output projection.
+    const rows3 = (t: Tensor) => (batched ? t : new Tensor(t.data, [1, ...t.shape])); // [L, ·] → [1, L, ·]
+    const { out, weights } = attentionSublayer(
+      tensorOps,
+      {
+        qProjWeight: this.qProjWeight,
+        kProjWeight: this.kProjWeight,
+        vProjWeight: this.vProjWeight,
+        inProjBias: this.inProjBias,
+        outProjWeight: this.outProjWeight,
+        outProjBias: this.outProjBias,
+      },
+      rows3(q),
+      { key: rows3(k), value: rows3(v) },
+      { ...attention, numHeads: H, numKvHeads: Hkv, needWeights, caller: FORWARD },
+    );
     return {
-      output: new Tensor(out, batched ? [B, L, D] : [L, D]),
-      weights: weights && new Tensor(weights, batched ? [B, H, L, S] : [H, L, S]),
+      output: batched ? out : new Tensor(out.data, [L, D]),
+      weights: weights && (batched ? weights : new Tensor(weights.data, [H, L, S])),
     };
   }
 
   /** Expected state-dict names and shapes, in PyTorch nn.MultiheadAttention's naming. */
   stateDictShapes(): Record<string, number[]> {
-    const { embedDim: D, kdim, vdim } = this;
-    const kv = this.numKvHeads * this.headDim;
-    const shapes: Record<string, number[]> = this.packed
-      ? { in_proj_weight: [3 * D, D] }
-      : { q_proj_weight: [D, D], k_proj_weight: [kv, kdim], v_proj_weight: [kv, vdim] };
-    if (this.hasBias) shapes.in_proj_bias = [D + 2 * kv];
-    shapes['out_proj.weight'] = [D, D];
-    if (this.hasBias) shapes['out_proj.bias'] = [D];
-    return shapes;
+    return Object.fromEntries(attentionParamSpecs(this.#dims()).map((s) => [s.name, s.shape]));
   }
 
   /** The parameters as fresh copies, named as PyTorch's nn.MultiheadAttention.state_dict(). */
@@ -377,8 +379,4 @@ export class MultiHeadAttention {
     this.outProjWeight = tensors['out_proj.weight'].clone();
     if (this.hasBias) this.outProjBias = tensors['out_proj.bias'].clone();
   }
-}
-
-function uniform(shape: number[], bound: number, generator: Generator): Tensor {
-  return Tensor.rand(shape, { low: -bound, high: bound, generator });
 }

@@ -14,7 +14,7 @@ import {
   backwardAll,
 } from '../kernels/types.js';
 import { Tensor } from '../tensor.js';
-import { type Floats, floatsLike, opResult, type Var } from './var.js';
+import { type Floats, floatsLike, needsGrad, opResult, type Var } from './var.js';
 
 /** Options of the attention op: every scaledDotProductAttention option, plus the head layout. */
 export interface AttentionOpOptions extends Omit<AttentionOptions, 'kernel'> {
@@ -74,7 +74,8 @@ export function attention(
   const precision = q.data instanceof Float64Array ? 'float64' : 'float32';
   const problem: BackwardProblem = { ...plan.problem, q: qh, k: kh, v: vh, precision };
   const outH = floatsLike(q.data, B * Hq * L * Ev); // [B, Hq, L, Ev]
-  const lse = new Float64Array(B * Hq * L);
+  // The log-sum-exp only serves the backward: none under noGrad (or for inputs that need no gradient).
+  const lse = needsGrad([q, k, v]) ? new Float64Array(B * Hq * L) : undefined;
   const weights = needWeights ? new Float32Array(B * Hq * L * S) : undefined;
   // Kernels only index their arrays, so float64 ones serve where the contract says Float32Array.
   runKernel(
@@ -94,7 +95,7 @@ export function attention(
       dk: floatsLike(k.data, k.size),
       dv: floatsLike(v.data, v.size),
     };
-    const inputs = { dOut, out: outH, lse };
+    const inputs = { dOut, out: outH, lse: lse! }; // opResult runs this only when a gradient is needed
     backwardAll(chooseBackward(FN, 'auto', problem, inputs), problem, inputs, grads);
     // Merge heads back: [B, H, L, E] → [B, L, H, E].
     accumulate(q, swapMiddle(grads.dq, B, Hq, L, E));

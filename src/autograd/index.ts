@@ -10,6 +10,7 @@ export {
   type Floats,
   floatsLike,
   isGradEnabled,
+  needsGrad,
   noGrad,
   opResult,
   parameter,

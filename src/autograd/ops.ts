@@ -1,16 +1,22 @@
 // The differentiable ops a small transformer needs; each op's backward closure sits right under its forward.
 // One decision to know: ops accumulate in float64 and write outputs of their input's float type, so the
 // same code trains in float32 and is checked in float64 against central differences (test/autograd.test.ts).
+// Backward recomputes from the inputs instead of keeping full-size float copies: an op saves per-row
+// statistics (dropout a byte per element), and nothing when `needsGrad` says it is off the tape.
 // Shape letters: N rows (all leading axes flattened), K input width, M output width, D model width.
 
+import { linear as gemmLinear, linearGradInput, linearGradWeight } from '../kernels/matmul.js';
 import type { Generator } from '../random.js';
-import { floatsLike, opResult, type Var } from './var.js';
+import { floatsLike, needsGrad, opResult, type Var } from './var.js';
 
 function fmt(shape: readonly number[]): string {
   return `[${shape.join(',')}]`;
 }
 
-/** y = x·Wᵀ + b, PyTorch's Linear layout: x [..., K], weight [M, K], bias [M] → [..., M]. */
+/**
+ * y = x·Wᵀ + b, PyTorch's Linear layout: x [..., K], weight [M, K], bias [M] → [..., M]. Its three
+ * products (forward, ∂x, ∂W) are kernels/matmul.ts's, the one place a faster GEMM plugs in.
+ */
 export function linear(x: Var, weight: Var, bias?: Var): Var {
   const [M, K] = weight.shape;
   if (
@@ -23,36 +29,11 @@ export function linear(x: Var, weight: Var, bias?: Var): Var {
     );
   }
   const N = x.size / K;
-  const X = x.data;
-  const W = weight.data;
-  const y = floatsLike(X, N * M);
-  for (let n = 0; n < N; n++) {
-    const xo = n * K;
-    for (let m = 0; m < M; m++) {
-      const wo = m * K;
-      let acc = bias ? bias.data[m] : 0;
-      for (let k = 0; k < K; k++) acc += X[xo + k] * W[wo + k];
-      y[n * M + m] = acc;
-    }
-  }
+  const y = gemmLinear(x.data, N, K, weight.data, 0, M, bias?.data);
   const out = opResult(y, [...x.shape.slice(0, -1), M], bias ? [x, weight, bias] : [x, weight], () => {
     const dy = out.grad!;
-    // dx[n,:] += Σ_m dy[n,m]·W[m,:];  dW[m,:] += Σ_n dy[n,m]·x[n,:];  db[m] += Σ_n dy[n,m]
-    const dx = x.requiresGrad ? x.gradBuffer() : undefined;
-    const dW = weight.requiresGrad ? weight.gradBuffer() : undefined;
-    const row = new Float64Array(K);
-    for (let n = 0; n < N; n++) {
-      const xo = n * K;
-      row.fill(0);
-      for (let m = 0; m < M; m++) {
-        const g = dy[n * M + m];
-        if (g === 0) continue;
-        const wo = m * K;
-        if (dx) for (let k = 0; k < K; k++) row[k] += g * W[wo + k];
-        if (dW) for (let k = 0; k < K; k++) dW[wo + k] += g * X[xo + k];
-      }
-      if (dx) for (let k = 0; k < K; k++) dx[xo + k] += row[k];
-    }
+    if (x.requiresGrad) linearGradInput(dy, N, M, weight.data, K, x.gradBuffer()); // dx += dy·W
+    if (weight.requiresGrad) linearGradWeight(dy, N, M, x.data, K, weight.gradBuffer()); // dW += dyᵀ·x
     if (bias?.requiresGrad) {
       const db = bias.gradBuffer();
       for (let m = 0; m < M; m++) {
@@ -100,7 +81,10 @@ export function scale(x: Var, c: number): Var {
   return out;
 }
 
-/** LayerNorm over the last axis (Ba et al., arXiv:1607.06450): x [..., D], weight [D], bias [D]. */
+/**
+ * LayerNorm over the last axis (Ba et al., arXiv:1607.06450): x [..., D], weight [D], bias [D]. Saves two
+ * numbers per row (mean, rstd), not x̂: backward recomputes x̂ = (x − mean)·rstd from x.
+ */
 export function layerNorm(x: Var, weight: Var, bias: Var, eps = 1e-5): Var {
   const D = x.shape[x.shape.length - 1];
   if (weight.size !== D || bias.size !== D) {
@@ -111,8 +95,9 @@ export function layerNorm(x: Var, weight: Var, bias: Var, eps = 1e-5): Var {
   const N = x.size / D;
   const X = x.data;
   const y = floatsLike(X, x.size);
-  const xhat = new Float64Array(x.size); // saved for backward
-  const rstd = new Float64Array(N);
+  // [N, 2]: each row's mean and rstd, kept only for the tape. Float64 because it is O(N) (16 bytes a row
+  // against the row's 4·D) and makes the recomputed x̂ bit for bit the forward's.
+  const stats = needsGrad([x, weight, bias]) ? new Float64Array(2 * N) : undefined;
   for (let n = 0; n < N; n++) {
     const o = n * D;
     let mean = 0;
@@ -121,35 +106,39 @@ export function layerNorm(x: Var, weight: Var, bias: Var, eps = 1e-5): Var {
     let v = 0;
     for (let d = 0; d < D; d++) v += (X[o + d] - mean) ** 2;
     const r = 1 / Math.sqrt(v / D + eps); // biased variance, as PyTorch
-    rstd[n] = r;
-    for (let d = 0; d < D; d++) {
-      const h = (X[o + d] - mean) * r;
-      xhat[o + d] = h;
-      y[o + d] = h * weight.data[d] + bias.data[d];
+    if (stats) {
+      stats[2 * n] = mean;
+      stats[2 * n + 1] = r;
     }
+    for (let d = 0; d < D; d++) y[o + d] = (X[o + d] - mean) * r * weight.data[d] + bias.data[d];
   }
   const out = opResult(y, x.shape, [x, weight, bias], () => {
     const dy = out.grad!;
+    const s = stats!;
     // dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) with g = dy·weight; dweight += dy·x̂; dbias += dy.
     const dx = x.requiresGrad ? x.gradBuffer() : undefined;
     const dw = weight.requiresGrad ? weight.gradBuffer() : undefined;
     const db = bias.requiresGrad ? bias.gradBuffer() : undefined;
     for (let n = 0; n < N; n++) {
       const o = n * D;
+      const mean = s[2 * n];
+      const r = s[2 * n + 1];
       let mg = 0;
       let mgx = 0;
       for (let d = 0; d < D; d++) {
+        const h = (X[o + d] - mean) * r; // x̂
         const g = dy[o + d] * weight.data[d];
         mg += g;
-        mgx += g * xhat[o + d];
-        if (dw) dw[d] += dy[o + d] * xhat[o + d];
+        mgx += g * h;
+        if (dw) dw[d] += dy[o + d] * h;
         if (db) db[d] += dy[o + d];
       }
       mg /= D;
       mgx /= D;
       if (dx) {
         for (let d = 0; d < D; d++) {
-          dx[o + d] += rstd[n] * (dy[o + d] * weight.data[d] - mg - xhat[o + d] * mgx);
+          const h = (X[o + d] - mean) * r;
+          dx[o + d] += r * (dy[o + d] * weight.data[d] - mg - h * mgx);
         }
       }
     }
@@ -232,21 +221,24 @@ export function splitLast(x: Var, widths: readonly number[]): Var[] {
 
 /**
  * Inverted dropout: zeroes each element with probability p and scales the rest by 1/(1 − p), drawing from
- * `generator` (so a seed fixes the masks). The identity when p = 0.
+ * `generator` (so a seed fixes the masks). The identity when p = 0. Saves one byte per element (kept or
+ * not), and nothing under noGrad (the draws are still made, so the generator advances the same).
  */
 export function dropout(x: Var, p: number, generator: Generator): Var {
   if (!(p >= 0 && p < 1)) throw new RangeError(`dropout: p must be in [0, 1), got ${p}`);
   if (p === 0) return x;
-  const keep = new Float64Array(x.size); // 0 or 1/(1−p)
+  const scaleKept = 1 / (1 - p);
+  const kept = needsGrad([x]) ? new Uint8Array(x.size) : undefined; // 1 = kept, for the tape only
   const y = floatsLike(x.data, x.size);
   for (let i = 0; i < x.size; i++) {
-    keep[i] = generator.random() < p ? 0 : 1 / (1 - p);
-    y[i] = x.data[i] * keep[i];
+    const keep = generator.random() < p ? 0 : scaleKept;
+    if (kept && keep) kept[i] = 1;
+    y[i] = x.data[i] * keep;
   }
   const out = opResult(y, x.shape, [x], () => {
     const dy = out.grad!;
     const dx = x.gradBuffer();
-    for (let i = 0; i < x.size; i++) dx[i] += dy[i] * keep[i];
+    for (let i = 0; i < x.size; i++) dx[i] += dy[i] * (kept![i] ? scaleKept : 0);
   });
   return out;
 }
@@ -254,6 +246,8 @@ export function dropout(x: Var, p: number, generator: Generator): Var {
 /**
  * Mean softmax cross-entropy of logits [N, C] against class ids [N]; rows whose target is `ignoreIndex`
  * (default −1) are left out of the mean (as PyTorch's ignore_index). Returns a scalar Var (shape []).
+ * Saves each row's log-sum-exp (as its max and Σ exp(x − max), 16 bytes a row), never the [N, C]
+ * softmax: backward recomputes softmax = exp(x − max) / Σ row by row from the logits.
  */
 export function crossEntropy(logits: Var, targets: Int32Array, ignoreIndex = -1): Var {
   const C = logits.shape[logits.shape.length - 1];
@@ -264,7 +258,9 @@ export function crossEntropy(logits: Var, targets: Int32Array, ignoreIndex = -1)
     );
   }
   const X = logits.data;
-  const probs = new Float64Array(logits.size); // softmax, saved for backward
+  // [N, 2]: each row's max and Σ exp(x − max), kept only for the tape. Two parts rather than their sum
+  // max + log Σ, so the recomputed softmax is bit for bit the one a stored softmax held.
+  const stats = needsGrad([logits]) ? new Float64Array(2 * N) : undefined;
   let total = 0;
   let count = 0;
   for (let n = 0; n < N; n++) {
@@ -276,12 +272,11 @@ export function crossEntropy(logits: Var, targets: Int32Array, ignoreIndex = -1)
     let max = Number.NEGATIVE_INFINITY;
     for (let c = 0; c < C; c++) max = Math.max(max, X[o + c]);
     let sum = 0;
-    for (let c = 0; c < C; c++) {
-      const e = Math.exp(X[o + c] - max);
-      probs[o + c] = e;
-      sum += e;
+    for (let c = 0; c < C; c++) sum += Math.exp(X[o + c] - max);
+    if (stats) {
+      stats[2 * n] = max;
+      stats[2 * n + 1] = sum;
     }
-    for (let c = 0; c < C; c++) probs[o + c] /= sum;
     total += max + Math.log(sum) - X[o + t]; // −log softmax_t
     count++;
   }
@@ -289,13 +284,16 @@ export function crossEntropy(logits: Var, targets: Int32Array, ignoreIndex = -1)
   loss[0] = count ? total / count : 0;
   const out = opResult(loss, [], [logits], () => {
     if (!count) return;
+    const s = stats!;
     const g = out.grad![0] / count;
     const dx = logits.gradBuffer();
     for (let n = 0; n < N; n++) {
       const t = targets[n];
       if (t === ignoreIndex) continue;
       const o = n * C;
-      for (let c = 0; c < C; c++) dx[o + c] += g * (probs[o + c] - (c === t ? 1 : 0));
+      const max = s[2 * n];
+      const sum = s[2 * n + 1];
+      for (let c = 0; c < C; c++) dx[o + c] += g * (Math.exp(X[o + c] - max) / sum - (c === t ? 1 : 0));
     }
   });
   return out;

@@ -70,8 +70,18 @@ export function constant(data: Floats, shape: readonly number[]): Var {
 }
 
 /**
- * The result of an op: requires grad iff an input does (and no `noGrad` is running); `backward` is kept
- * only then. This is how every op in ops.ts records itself on the tape, and how a user adds a custom op.
+ * Whether an op on `inputs` goes on the tape: an input requires grad and no `noGrad` is running. Ops ask
+ * before allocating what only their backward reads (a softmax's row statistics, LayerNorm's mean and
+ * rstd, a dropout mask), so an untaped forward keeps nothing beyond its outputs.
+ */
+export function needsGrad(inputs: readonly Var[]): boolean {
+  return recording && inputs.some((v) => v.requiresGrad);
+}
+
+/**
+ * The result of an op: requires grad iff `needsGrad(inputs)`; `backward` and `inputs` are kept only then
+ * (otherwise the closure, and whatever it captured, is garbage as soon as the op returns). This is how
+ * every op in ops.ts records itself on the tape, and how a user adds a custom op.
  */
 export function opResult(
   data: Floats,
@@ -79,8 +89,7 @@ export function opResult(
   inputs: readonly Var[],
   backward: () => void,
 ): Var {
-  const needs = recording && inputs.some((v) => v.requiresGrad);
-  return new Var(data, shape, needs, inputs, backward);
+  return new Var(data, shape, needsGrad(inputs), inputs, backward);
 }
 
 /**

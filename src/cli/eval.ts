@@ -8,6 +8,7 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { readFileBytes } from '../io/file-node.js';
+import type { Tokenizer } from '../text/tokenizer.js';
 import { loadCheckpoint } from '../train/checkpoint.js';
 import { EVAL_BATCH, evaluatePronoun, pronounTask } from '../train/pronoun.js';
 import { type CliIO, integerOption, parseCommandArgs, UsageError } from './args.js';
@@ -72,10 +73,12 @@ export function evalCommand(argv: string[], io: CliIO): number {
     io.stderr.write(`qkv: eval: '${path}' was trained on task '${info.task}', not pronoun\n`);
     return 1;
   }
-  const vocab = pronounTask.vocab;
-  if (info.vocab && (info.vocab.length !== vocab.length || info.vocab.some((w, i) => w !== vocab[i]))) {
+  // Ids must mean the same words: compare the stored tokenizer with the task's, by their JSON.
+  const want = pronounTask.tokenizer;
+  const stored = info.tokenizer;
+  if (stored && JSON.stringify(stored.toJSON()) !== JSON.stringify(want.toJSON())) {
     io.stderr.write(
-      `qkv: eval: '${path}' has a ${info.vocab.length}-word vocabulary that differs from the pronoun task's ${vocab.length} words (retrain it)\n`,
+      `qkv: eval: '${path}' has a tokenizer that differs from the pronoun task's (${howTheyDiffer(stored, want)}); retrain it\n`,
     );
     return 1;
   }
@@ -84,4 +87,15 @@ export function evalCommand(argv: string[], io: CliIO): number {
     `accuracy=${score.accuracy.toFixed(4)} referent_attention=${score.referentAttention.toFixed(4)}\n`,
   );
   return 0;
+}
+
+/** The first difference between two tokenizers, for the message: type, size, or the first id that differs. */
+function howTheyDiffer(a: Tokenizer, b: Tokenizer): string {
+  if (a.type !== b.type) return `type '${a.type}', not '${b.type}'`;
+  if (a.vocabSize !== b.vocabSize) return `${a.vocabSize} tokens, not ${b.vocabSize}`;
+  for (let id = 0; id < a.vocabSize; id++) {
+    if (a.idToToken(id) !== b.idToToken(id))
+      return `id ${id} is '${a.idToToken(id)}' there but '${b.idToToken(id)}' in the task`;
+  }
+  return `${a.description}, not ${b.description}`;
 }

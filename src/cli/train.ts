@@ -5,7 +5,6 @@
 
 import { writeFileSync } from 'node:fs';
 import { writeFileAtomic } from '../io/file-node.js';
-import { saveCheckpoint } from '../train/checkpoint.js';
 import { lineChartSvg, type PlotSeries } from '../train/plot.js';
 import { evaluatePronoun } from '../train/pronoun.js';
 import { sequenceTask } from '../train/tasks.js';
@@ -170,10 +169,7 @@ async function runTask(args: TrainArgs, io: CliIO): Promise<number> {
     stop.dispose();
   }
   const seconds = (performance.now() - t0) / 1000;
-  writeFileAtomic(
-    out,
-    saveCheckpoint(model, { task: args.task, step: trainer.step, vocab: [...trainer.task.vocab] }),
-  );
+  writeFileAtomic(out, trainer.checkpoint()); // config, task, step and the task's tokenizer in the metadata
   writeFileSync(
     plot,
     lineChartSvg([{ label: `${args.task} (seed ${args.seed})`, values: trainer.losses }], {

@@ -1,9 +1,11 @@
 // `qkv viz`: renders one heatmap of the playground's step-through to an SVG or PNG file, in Node with
 // no browser. One decision to know: it runs the same seeded stack and the same specs as the page
-// (src/viz), so `qkv viz --text "…" --seed 3` draws what the playground shows for that sentence and seed.
+// (src/viz), so `qkv viz --text "…" --seed 3` draws what the playground shows for that sentence and seed;
+// with --model the checkpoint's own tokenizer splits the text, as in the page.
 
 import { readFileSync, writeFileSync } from 'node:fs';
 import { deflateSync } from 'node:zlib';
+import { type Tokenizer, UnknownTokenError } from '../text/tokenizer.js';
 import { stackFromSafetensors } from '../viz/checkpoint.js';
 import { DARK_THEME, heatmapLayout, LIGHT_THEME } from '../viz/layout.js';
 import { renderHeatmapPng } from '../viz/raster.js';
@@ -86,12 +88,13 @@ export function viz(argv: string[], io: Pick<CliIO, 'stdout' | 'stderr'>): numbe
   }
   const theme = values.theme ?? 'light';
   if (theme !== 'light' && theme !== 'dark') throw usage(`--theme must be light or dark, got '${theme}'`);
-  const tokens = tokenize(typeof values.text === 'string' ? values.text : DEFAULT_TEXT);
-  if (tokens.length === 0) throw usage('--text has no tokens');
-  if (tokens.length > MAX_TOKENS) throw usage(`--text has ${tokens.length} tokens; at most ${MAX_TOKENS}`);
-
+  const text = typeof values.text === 'string' ? values.text : DEFAULT_TEXT;
+  const words = tokenize(text); // the tokens of seeded weights, which embed any word
   const modelPath = values.model;
+  if (typeof modelPath !== 'string') checkTokenCount(words.length);
+
   let stack: AttentionStack;
+  let tokenizer: Tokenizer | undefined;
   if (typeof modelPath === 'string') {
     const shaped = ['d-model', 'heads', 'd-k', 'layers', 'seed'].filter((n) => values[n] !== undefined);
     if (shaped.length > 0) {
@@ -99,7 +102,9 @@ export function viz(argv: string[], io: Pick<CliIO, 'stdout' | 'stderr'>): numbe
         `${shaped.map((n) => `--${n}`).join(', ')} cannot be combined with --model (the checkpoint fixes them)`,
       );
     }
-    stack = stackFromSafetensors(new Uint8Array(readFileSync(modelPath)), modelPath);
+    const checkpoint = stackFromSafetensors(new Uint8Array(readFileSync(modelPath)), modelPath);
+    stack = checkpoint;
+    tokenizer = checkpoint.tokenizer;
   } else {
     const dModel = int('d-model', 64, 1, 4096);
     const heads = int('heads', 4, 1, 64);
@@ -114,6 +119,10 @@ export function viz(argv: string[], io: Pick<CliIO, 'stdout' | 'stderr'>): numbe
   if ((matrix === 'embeddings' || matrix === 'positions') && layer !== 0) {
     throw usage(`--matrix ${matrix} exists only for --layer 0`);
   }
+  /** What the heatmaps are labelled with, and the tokens the stack embeds (a checkpoint's own spelling). */
+  const { labels, tokens } = tokenizer
+    ? checkpointTokens(tokenizer, text, modelPath as string)
+    : { labels: words, tokens: words };
 
   const trace = traceStack(stack, tokens, {
     causal: Boolean(values.causal),
@@ -122,7 +131,7 @@ export function viz(argv: string[], io: Pick<CliIO, 'stdout' | 'stderr'>): numbe
     focus: { layer, head },
     focusOnly: true, // one map is drawn: every layer's and head's weights would be layers·heads·L² floats
   });
-  const view = stepViews(trace.steps, tokens).find((v) => v.id === (matrix as StepId))!;
+  const view = stepViews(trace.steps, labels).find((v) => v.id === (matrix as StepId))!;
   const themeColors = theme === 'dark' ? DARK_THEME : LIGHT_THEME;
   const layout = heatmapLayout(view.spec);
   let bytes: Uint8Array;
@@ -141,4 +150,24 @@ export function viz(argv: string[], io: Pick<CliIO, 'stdout' | 'stderr'>): numbe
     `qkv viz: wrote ${out} (${size}): ${view.name}, layer ${layer} head ${head}, ${tokens.length} tokens, ${stack.description}\n`,
   );
   return 0;
+}
+
+/** The checkpoint's tokenizer on the text: labels as typed, tokens as stored; unknown words are an error. */
+function checkpointTokens(tokenizer: Tokenizer, text: string, path: string) {
+  const labels = tokenizer.tokenize(text);
+  checkTokenCount(labels.length);
+  let ids: Int32Array;
+  try {
+    ids = tokenizer.encode(text);
+  } catch (err) {
+    if (!(err instanceof UnknownTokenError)) throw err;
+    const words = err.tokens.map((t) => `'${t}'`).join(', ');
+    throw new Error(`viz: ${words} not in the checkpoint's ${tokenizer.vocabSize}-word vocabulary (${path})`);
+  }
+  return { labels, tokens: Array.from(ids, (id) => tokenizer.idToToken(id)) };
+}
+
+function checkTokenCount(n: number): void {
+  if (n === 0) throw usage('--text has no tokens');
+  if (n > MAX_TOKENS) throw usage(`--text has ${n} tokens; at most ${MAX_TOKENS}`);
 }

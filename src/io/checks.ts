@@ -1,4 +1,5 @@
-// Checks shared by every loader of stored models (train/checkpoint.ts, viz/checkpoint.ts, viz/stack.ts):
+// Checks shared by every loader of stored models (train/checkpoint.ts, viz/checkpoint.ts, viz/stack.ts,
+// text/word.ts for stored word lists):
 // a file's metadata and weights are untrusted input, so each loader names what it found in the same words.
 
 import { formatValue } from '../shape.js';

@@ -1,22 +1,26 @@
-// Dense products for the projections around attention (compute only; callers check shapes).
+// Dense products: the one entry point for every matrix product around attention. MultiHeadAttention, the
+// block forward (TinyTransformer, the playground's trace) and the autograd's `linear` (forward and both
+// backward products) all call these three functions, so a faster GEMM (issue 10) plugs in here, once.
 // One decision to know: accumulation is in float64 (a JS number), so results match PyTorch's float64
-// goldens to float32 rounding, at the price of speed that the attention kernels, not these, must win.
+// goldens to float32 rounding; outputs keep their input's float type (float64 in gradient checks).
+
+import type { Floats } from './types.js';
 
 /**
  * y[N, M] = x[N, K] · W[M, K]ᵀ (+ b[M]): PyTorch's Linear layout. `wRow` is the first row of W to use,
- * so a packed in_proj_weight [3E, K] can be read without copying.
+ * so a packed in_proj_weight [3E, K] can be read without copying. y has x's float type.
  */
-export function linear(
-  x: Float32Array,
+export function linear<T extends Floats>(
+  x: T,
   N: number,
   K: number,
-  W: Float32Array,
+  W: Floats,
   wRow: number,
   M: number,
-  b?: Float32Array,
+  b?: Floats,
   bOffset = 0,
-): Float32Array {
-  const y = new Float32Array(N * M);
+): T {
+  const y = (x instanceof Float64Array ? new Float64Array(N * M) : new Float32Array(N * M)) as T;
   for (let n = 0; n < N; n++) {
     const xBase = n * K;
     for (let m = 0; m < M; m++) {
@@ -29,7 +33,43 @@ export function linear(
   return y;
 }
 
-/** c[N, M] = a[N, K] · b[K, M]: the article's x·W layout. */
+/**
+ * dx[N, K] += dy[N, M] · W[M, K]: the input gradient of `linear`. Each row is summed in float64 and added
+ * to dx once, so a float32 dx is rounded once per call.
+ */
+export function linearGradInput(dy: Floats, N: number, M: number, W: Floats, K: number, dx: Floats): void {
+  const row = new Float64Array(K);
+  for (let n = 0; n < N; n++) {
+    row.fill(0);
+    for (let m = 0; m < M; m++) {
+      const g = dy[n * M + m];
+      if (g === 0) continue; // padding rows and ignored targets give whole rows of zeros
+      const wBase = m * K;
+      for (let k = 0; k < K; k++) row[k] += g * W[wBase + k];
+    }
+    const xBase = n * K;
+    for (let k = 0; k < K; k++) dx[xBase + k] += row[k];
+  }
+}
+
+/**
+ * dW[M, K] += dy[N, M]ᵀ · x[N, K]: the weight gradient of `linear`, one row of x after another, each
+ * added in dW's own float type (a GEMM that sums in float64 first rounds differently, so trains slightly
+ * differently: a choice for the GEMM that replaces this loop, not a bug of either).
+ */
+export function linearGradWeight(dy: Floats, N: number, M: number, x: Floats, K: number, dW: Floats): void {
+  for (let n = 0; n < N; n++) {
+    const xBase = n * K;
+    for (let m = 0; m < M; m++) {
+      const g = dy[n * M + m];
+      if (g === 0) continue;
+      const wBase = m * K;
+      for (let k = 0; k < K; k++) dW[wBase + k] += g * x[xBase + k];
+    }
+  }
+}
+
+/** c[N, M] = a[N, K] · b[K, M]: the article's x·W layout (SelfAttention). */
 export function matmul(a: Float32Array, N: number, K: number, b: Float32Array, M: number): Float32Array {
   const c = new Float32Array(N * M);
   const acc = new Float64Array(M);

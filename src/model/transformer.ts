@@ -1,12 +1,12 @@
 // TinyTransformer: token embedding (×√D) + sinusoidal positions, N pre-LayerNorm blocks of multi-head
 // attention + GELU MLP, a final LayerNorm and an output head tied to the embedding; an encoder
-// (bidirectional) or, with causal: true, a decoder. Built on the autograd, so it trains as it runs.
+// (bidirectional) or, with causal: true, a decoder. Its blocks are block.ts's forward over the autograd's
+// ops (ops-var.ts), so it trains as it runs; its parameters are the table's in params.ts.
 // One decision to know: parameter names are PyTorch's nn.TransformerEncoderLayer(norm_first=True) names
 // (layers.0.self_attn.in_proj_weight, layers.0.linear1.weight, …), so a block's self_attn.* loads straight
 // into MultiHeadAttention.loadStateDict and the checkpoint reads naturally in PyTorch.
 
-import { attention } from '../autograd/attention.js';
-import { add, dropout, embedding, gelu, layerNorm, linear, scale, splitLast } from '../autograd/ops.js';
+import { add, embedding, layerNorm, linear, scale } from '../autograd/ops.js';
 import { constant, type Floats, parameter, type Var } from '../autograd/var.js';
 import { sinusoidalPositionalEncoding } from '../position/sinusoidal.js';
 import { Generator, isGenerator } from '../random.js';
@@ -19,6 +19,9 @@ import {
   formatValue,
 } from '../shape.js';
 import { Tensor } from '../tensor.js';
+import { transformerBlock } from './block.js';
+import { varOps } from './ops-var.js';
+import { blockParamsFrom, fillInit, transformerParamSpecs } from './params.js';
 
 /** Shape of a TinyTransformer. */
 export interface TransformerConfig {
@@ -86,42 +89,16 @@ export class TinyTransformer {
     for (const [name, shape] of transformerParameterShapes(c)) checkAllocation(FN, name, shape, bytes);
     checkAllocation(FN, 'the positional table', [c.maxLen, c.dModel], 4);
     this.config = c;
-    const { vocabSize: V, dModel: D, dFF: F } = c;
+    const D = c.dModel;
+    // Every parameter as the table names, shapes and initialises it (PyTorch's rules), drawn in table order.
     const gen = new Generator(seed);
-    const make = (shape: number[], init: (i: number) => number): Var => {
+    for (const { name, shape, init } of transformerParamSpecs(c)) {
       let n = 1;
       for (const d of shape) n *= d;
       const data = dtype === 'float64' ? new Float64Array(n) : new Float32Array(n);
-      for (let i = 0; i < n; i++) data[i] = init(i);
-      return parameter(data, shape);
-    };
-    const uniform = (shape: number[], bound: number) => make(shape, () => gen.uniform(-bound, bound));
-    const ones = (n: number) => make([n], () => 1);
-    const zeros = (n: number) => make([n], () => 0);
-
-    // Embedding N(0, 1/D): ×√D at the input gives unit-variance tokens (Vaswani §3.4) and the tied head
-    // starts with logits of unit variance.
-    this.params.set(
-      'embedding.weight',
-      make([V, D], () => gen.normal(0, 1 / Math.sqrt(D))),
-    );
-    for (let l = 0; l < c.numLayers; l++) {
-      const p = `layers.${l}.`;
-      this.params.set(`${p}norm1.weight`, ones(D));
-      this.params.set(`${p}norm1.bias`, zeros(D));
-      this.params.set(`${p}self_attn.in_proj_weight`, uniform([3 * D, D], Math.sqrt(6 / (4 * D)))); // Xavier over [3D, D]
-      this.params.set(`${p}self_attn.in_proj_bias`, zeros(3 * D));
-      this.params.set(`${p}self_attn.out_proj.weight`, uniform([D, D], 1 / Math.sqrt(D)));
-      this.params.set(`${p}self_attn.out_proj.bias`, zeros(D));
-      this.params.set(`${p}norm2.weight`, ones(D));
-      this.params.set(`${p}norm2.bias`, zeros(D));
-      this.params.set(`${p}linear1.weight`, uniform([F, D], 1 / Math.sqrt(D)));
-      this.params.set(`${p}linear1.bias`, uniform([F], 1 / Math.sqrt(D)));
-      this.params.set(`${p}linear2.weight`, uniform([D, F], 1 / Math.sqrt(F)));
-      this.params.set(`${p}linear2.bias`, uniform([D], 1 / Math.sqrt(F)));
+      fillInit(init, data, gen);
+      this.params.set(name, parameter(data, shape));
     }
-    this.params.set('norm.weight', ones(D));
-    this.params.set('norm.bias', zeros(D));
     const pe = sinusoidalPositionalEncoding(c.maxLen, D).data;
     this.positions = dtype === 'float64' ? Float64Array.from(pe) : pe;
   }
@@ -181,37 +158,19 @@ export class TinyTransformer {
     }
     const pDrop = training ? this.config.dropout : 0;
     if (pDrop > 0 && !generator) throw new Error(`${fwd}: training with dropout needs a generator`);
-    const drop = (x: Var) => (pDrop > 0 ? dropout(x, pDrop, generator!) : x);
 
     const pos = constant(this.positions.subarray(0, L * D), [L, D]);
     let x = add(scale(embedding(this.p('embedding.weight'), ids, [B, L]), Math.sqrt(D)), pos); // [B, L, D]
     const weights: Tensor[] = [];
+    const attention = { numHeads: H, causal, mask, scale: scaleScores ? undefined : 1, needWeights };
+    const get = (name: string) => this.params.get(name);
     for (let l = 0; l < this.config.numLayers; l++) {
-      const p = `layers.${l}.`;
-      // Attention sub-block: x + out_proj(attention(split(in_proj(LN(x))))).
-      const h = layerNorm(x, this.p(`${p}norm1.weight`), this.p(`${p}norm1.bias`));
-      const qkv = linear(h, this.p(`${p}self_attn.in_proj_weight`), this.p(`${p}self_attn.in_proj_bias`)); // [B, L, 3D]
-      const [q, k, v] = splitLast(qkv, [D, D, D]); // [B, L, D] each = [B, L, H·hd]
-      const a = attention(q, k, v, {
-        numHeads: H,
-        causal,
-        mask,
-        scale: scaleScores ? undefined : 1,
-        needWeights,
+      const block = transformerBlock(varOps, blockParamsFrom(get, `layers.${l}.`), x, {
+        attention,
+        dropout: pDrop > 0 ? { p: pDrop, generator: generator! } : undefined,
       });
-      if (a.weights) weights.push(a.weights); // [B, H, L, L]
-      x = add(
-        x,
-        drop(linear(a.out, this.p(`${p}self_attn.out_proj.weight`), this.p(`${p}self_attn.out_proj.bias`))),
-      );
-      // MLP sub-block: x + linear2(GELU(linear1(LN(x)))).
-      const h2 = layerNorm(x, this.p(`${p}norm2.weight`), this.p(`${p}norm2.bias`));
-      const m = linear(
-        gelu(linear(h2, this.p(`${p}linear1.weight`), this.p(`${p}linear1.bias`))),
-        this.p(`${p}linear2.weight`),
-        this.p(`${p}linear2.bias`),
-      );
-      x = add(x, drop(m));
+      if (block.weights) weights.push(block.weights); // [B, H, L, L]
+      x = block.x;
     }
     x = layerNorm(x, this.p('norm.weight'), this.p('norm.bias'));
     const logits = linear(x, this.p('embedding.weight')); // tied head: [B, L, V]
@@ -243,35 +202,12 @@ export class TinyTransformer {
 
 /**
  * Names and shapes of a config's parameters, in the model's order, computed without allocating anything
- * (loadCheckpoint compares them with a file's tensors before building the model).
+ * (the parameter table's, src/model/params.ts).
  */
 export function transformerParameterShapes(config: TransformerConfig): [string, number[]][] {
-  const { vocabSize: V, dModel: D, dFF: F, numLayers } = config;
-  const shapes: [string, number[]][] = [['embedding.weight', [V, D]]];
-  for (let l = 0; l < numLayers; l++) {
-    const p = `layers.${l}.`;
-    shapes.push(
-      [`${p}norm1.weight`, [D]],
-      [`${p}norm1.bias`, [D]],
-      [`${p}self_attn.in_proj_weight`, [3 * D, D]],
-      [`${p}self_attn.in_proj_bias`, [3 * D]],
-      [`${p}self_attn.out_proj.weight`, [D, D]],
-      [`${p}self_attn.out_proj.bias`, [D]],
-      [`${p}norm2.weight`, [D]],
-      [`${p}norm2.bias`, [D]],
-      [`${p}linear1.weight`, [F, D]],
-      [`${p}linear1.bias`, [F]],
-      [`${p}linear2.weight`, [D, F]],
-      [`${p}linear2.bias`, [D]],
-    );
-  }
-  shapes.push(['norm.weight', [D]], ['norm.bias', [D]]);
-  return shapes;
+  return transformerParamSpecs(config).map(({ name, shape }) => [name, shape]);
 }
 
-/** Tensors per block, and outside the blocks (embedding, final norm). */
-export const TENSORS_PER_LAYER = 12;
-export const TENSORS_OUTSIDE_LAYERS = 3;
 /** Longest maxLen a stored config may ask for (the positional table is allocated from it). */
 export const MAX_STORED_LEN = 65536;
 

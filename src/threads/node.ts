@@ -1,9 +1,11 @@
-// The Node platform for the worker pool: worker_threads, os.availableParallelism.
+// The Node platform for the worker pool (worker_threads, os.availableParallelism), and the Node entry's
+// default runtime on it: the same names src/attention/async.ts binds for browsers.
 // Only src/index.node.ts (the package's "node" export) imports this file, so the main entry stays free
-// of node:* for browsers.
+// of node:* for browsers; importing it creates objects and starts nothing.
 
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
+import { createRuntime as createRuntimeOn, type Runtime, type RuntimeOptions } from '../runtime.js';
 import type { Platform, PoolWorker } from './pool.js';
 import type { FromWorker } from './protocol.js';
 
@@ -31,3 +33,14 @@ export const nodePlatform: Platform = {
     };
   },
 };
+
+/** createRuntime for Node: `platform` defaults to worker_threads. */
+export function createRuntime(options: RuntimeOptions = {}): Runtime {
+  return createRuntimeOn({ ...options, platform: options.platform ?? nodePlatform });
+}
+
+/** The Node entry's default runtime (worker_threads); see src/attention/async.ts for the browser one. */
+export const defaultRuntime: Runtime = /* @__PURE__ */ createRuntime();
+export const scaledDotProductAttentionAsync = defaultRuntime.scaledDotProductAttentionAsync;
+export const attentionBackwardAsync = defaultRuntime.attentionBackwardAsync;
+export const terminateWorkers = defaultRuntime.terminateWorkers;

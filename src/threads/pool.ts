@@ -1,5 +1,5 @@
-// A pool of workers for attention, the same on every platform: a platform adapter makes workers,
-// the pool hands each call's job to as many of them as asked and resolves when all have reported.
+// A pool of workers for the kernels' operations, the same on every platform: a platform adapter makes
+// workers, the pool hands each call's job to as many of them as asked and resolves when all have reported.
 // One decision to know: the pool never holds more workers than the platform has cores, idle workers
 // are unref'd (Node) so the pool never keeps a process alive, and a worker idle for `idleMs` (30 s by
 // default) is terminated, so a burst of calls does not pin its workers' memory for the process's life;
@@ -82,6 +82,11 @@ export class Pool {
     return Math.max(1, Math.floor(this.platform.cores()) || 1);
   }
 
+  /** How many workers `run(job, threads)` hands the job to: `threads` capped at maxWorkers, at least 1. */
+  workersFor(threads: number): number {
+    return Math.max(1, Math.min(threads, this.maxWorkers));
+  }
+
   private spawn(): Slot {
     const worker = this.platform.createWorker();
     const slot: Slot = { worker, inFlight: 0 };
@@ -149,7 +154,7 @@ export class Pool {
    * worker has reported.
    */
   run(job: Job, threads: number): Promise<void> {
-    const n = Math.max(1, Math.min(threads, this.maxWorkers));
+    const n = this.workersFor(threads);
     while (this.slots.length < n) this.spawn();
     const id = this.nextId++;
     return new Promise<void>((resolve, reject) => {

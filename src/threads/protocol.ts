@@ -1,61 +1,61 @@
-// The messages between the pool and its workers, and how a problem travels: every array is a
-// Float32Array view on one SharedArrayBuffer, so a job is a handful of numbers and one buffer.
+// The messages between the pool and its workers. A job is an operation's name, the kernel that runs it,
+// a task count and its arguments packed by kernels/transfer.ts: every array a view on one SharedArrayBuffer.
 // One decision to know: tasks are claimed with Atomics.add on a shared counter (dynamic scheduling),
-// because causal and windowed calls give rows very different amounts of work.
+// because causal and windowed calls give rows very different amounts of work; an operation is one entry
+// in each of two tables (JobArgs here, the worker's runners in worker-core.ts), never a protocol edit.
 
-import type { AttentionProblem, BroadcastView } from '../kernels/types.js';
+import type { Packed } from '../kernels/transfer.js';
+import type {
+  AttentionGrads,
+  AttentionOutputs,
+  AttentionProblem,
+  BackwardInputs,
+  BackwardProblem,
+} from '../kernels/types.js';
 
-/** A view into the job's shared buffer: byte offset and element count. */
-export interface Span {
-  offset: number;
-  length: number;
+/** What each operation's workers receive (packed), by operation name. */
+export interface JobArgs {
+  /** Query rows of (batch, head) pairs: task t is rows [i0, i0 + rowsPerTask) of pair ⌊t / blocks⌋. */
+  'attention.forward': { problem: AttentionProblem; outputs: AttentionOutputs; rowsPerTask: number };
+  /**
+   * Backward tasks bkv = b·Hkv + hk (see AttentionBackward). dbias, which tasks accumulate, is one
+   * float64 row per worker in `dbiasParts` ([workers × bias length], zeroed); the caller sums the rows.
+   */
+  'attention.backward': {
+    problem: BackwardProblem;
+    inputs: BackwardInputs;
+    grads: Omit<AttentionGrads, 'dbias'>;
+    dbiasParts?: Float64Array;
+  };
 }
 
-/** An AttentionProblem with arrays replaced by spans of `buffer`. */
-export interface Job {
+export type Op = keyof JobArgs;
+
+/** Int32 slots at the start of every job's buffer. */
+export const HEADER = {
+  /** The next task to claim. */
+  next: 0,
+  /** Nonzero: a worker failed and the others stop claiming tasks. */
+  cancelled: 1,
+  /** Each worker of a job takes a ticket 0, 1, … (its row of per-worker scratch space). */
+  ticket: 2,
+} as const;
+
+/** Bytes reserved for HEADER at the start of a job's buffer. */
+export const HEADER_BYTES = 16;
+
+/** One operation's tasks on one shared buffer. */
+export interface Job<O extends Op = Op> {
+  op: O;
+  /** The kernel that runs the tasks (for a backward, the kernel whose `backward` runs). */
   kernel: string;
   /** The kernel that takes over if `kernel` fails for want of resources ('auto' calls only). */
   fallback?: string;
   buffer: SharedArrayBuffer;
-  /** Int32 task counter at byte 0 of `buffer`; Int32 "cancelled" flag at byte 4 (nonzero: stop). */
+  /** Tasks 0 … tasks − 1, claimed through HEADER.next. */
   tasks: number;
-  /** Query rows per task. */
-  rowsPerTask: number;
-  dims: Pick<
-    AttentionProblem,
-    'B' | 'Hq' | 'Hkv' | 'L' | 'S' | 'E' | 'Ev' | 'scale' | 'shift' | 'left' | 'right' | 'precision'
-  >;
-  q: Span;
-  k: Span;
-  v: Span;
-  out: Span;
-  lse?: Span;
-  mask?: Span & Omit<BroadcastView, 'data'>;
-  bias?: Span & Omit<BroadcastView, 'data'>;
+  args: Packed<JobArgs[O]>;
 }
 
 export type ToWorker = { type: 'run'; id: number; job: Job };
 export type FromWorker = { type: 'done'; id: number } | { type: 'error'; id: number; message: string };
-
-function view(buffer: SharedArrayBuffer, span: Span): Float32Array {
-  return new Float32Array(buffer, span.offset, span.length);
-}
-
-/** Rebuilds the problem (views on the shared buffer) inside a worker. */
-export function problemOf(job: Job): { problem: AttentionProblem; out: Float32Array; lse?: Float32Array } {
-  const { buffer } = job;
-  const broadcast = (b: Job['mask']): BroadcastView | undefined =>
-    b && { data: view(buffer, b), sb: b.sb, sh: b.sh, sl: b.sl, ss: b.ss };
-  return {
-    problem: {
-      ...job.dims,
-      q: view(buffer, job.q),
-      k: view(buffer, job.k),
-      v: view(buffer, job.v),
-      mask: broadcast(job.mask),
-      bias: broadcast(job.bias),
-    },
-    out: view(buffer, job.out),
-    lse: job.lse && view(buffer, job.lse),
-  };
-}

@@ -1,40 +1,73 @@
-// What every worker runs, whatever the platform: claim tasks until none are left, run the named
-// kernel on each, report done or the error's message.
+// What every worker runs, whatever the platform: revive the job's arguments, claim tasks until none are
+// left, run the operation's kernel on each, report done or the error's message.
+// One decision to know: a new operation (GEMM) is one entry in RUNNERS; the claiming, cancelling and
+// reporting here serve every operation alike.
 
 import { kernelByName } from '../kernels/registry.js';
+import { revive } from '../kernels/transfer.js';
 import { type AttentionKernel, KernelResourceError, problemFor } from '../kernels/types.js';
-import { type FromWorker, problemOf, type ToWorker } from './protocol.js';
+import { type FromWorker, HEADER, type Job, type JobArgs, type Op, type ToWorker } from './protocol.js';
 
-/** Handles one message; `reply` posts back to the pool. */
-export function handleMessage(message: ToWorker, reply: (m: FromWorker) => void): void {
-  const { id, job } = message;
-  try {
-    let kernel: AttentionKernel | undefined = kernelByName(job.kernel);
-    if (!kernel) throw new Error(`unknown kernel '${job.kernel}'`);
-    let fallback = job.fallback === undefined ? undefined : kernelByName(job.fallback);
-    const { problem, out, lse } = problemOf(job);
-    const header = new Int32Array(job.buffer, 0, 2); // [task counter, cancelled]
-    const { L } = problem;
-    const blocksPerHead = Math.ceil(L / job.rowsPerTask);
-    for (;;) {
-      if (Atomics.load(header, 1) !== 0) break; // another worker failed: the call is over
-      const task = Atomics.add(header, 0, 1);
-      if (task >= job.tasks) break;
+/** Runs one worker's share of a job: `next()` claims a task (−1 when none is left), `ticket` is 0, 1, … */
+type Runner<O extends Op> = (job: Job<O>, args: JobArgs[O], next: () => number, ticket: number) => void;
+
+function kernelNamed(name: string): AttentionKernel {
+  const kernel = kernelByName(name);
+  if (!kernel) throw new Error(`unknown kernel '${name}'`);
+  return kernel;
+}
+
+const RUNNERS: { [O in Op]: Runner<O> } = {
+  'attention.forward'(job, { problem, outputs, rowsPerTask }, next) {
+    let kernel = kernelNamed(job.kernel);
+    let fallback = job.fallback === undefined ? undefined : kernelNamed(job.fallback);
+    // Float16 inputs arrive as halves only for kernels that read them; a fallback that does not widens here.
+    let p = problemFor(kernel, problem);
+    const blocksPerHead = Math.ceil(problem.L / rowsPerTask);
+    for (let task = next(); task !== -1; task = next()) {
       const bh = Math.floor(task / blocksPerHead);
-      const i0 = (task % blocksPerHead) * job.rowsPerTask;
-      const i1 = Math.min(L, i0 + job.rowsPerTask);
+      const i0 = (task % blocksPerHead) * rowsPerTask;
+      const i1 = Math.min(problem.L, i0 + rowsPerTask);
       try {
-        kernel.forwardRows(problem, { out, lse }, bh, i0, i1);
+        kernel.forwardRows(p, outputs, bh, i0, i1);
       } catch (err) {
         // An 'auto' call whose kernel ran out of resources here: the fallback serves this task and the rest.
         if (!fallback || !(err instanceof KernelResourceError)) throw err;
         kernel.release?.();
         kernel = fallback;
         fallback = undefined;
-        kernel.forwardRows(problemFor(kernel, problem), { out, lse }, bh, i0, i1);
+        p = problemFor(kernel, problem);
+        kernel.forwardRows(p, outputs, bh, i0, i1);
       }
     }
     kernel.release?.();
+  },
+
+  'attention.backward'(job, { problem, inputs, grads, dbiasParts }, next, ticket) {
+    const backward = kernelNamed(job.kernel).backward;
+    if (!backward) throw new Error(`kernel '${job.kernel}' has no backward pass`);
+    // dbias is accumulated by every task: this worker's own float64 row (backwardAll sums in float64 too).
+    const n = problem.bias?.data.length ?? 0;
+    const dbias = dbiasParts?.subarray(ticket * n, (ticket + 1) * n);
+    const mine = { ...grads, dbias };
+    for (let task = next(); task !== -1; task = next()) backward.task(problem, inputs, mine, task);
+  },
+};
+
+/** Handles one message; `reply` posts back to the pool. */
+export function handleMessage(message: ToWorker, reply: (m: FromWorker) => void): void {
+  const { id, job } = message;
+  try {
+    const header = new Int32Array(job.buffer, 0, 3);
+    const next = (): number => {
+      if (Atomics.load(header, HEADER.cancelled) !== 0) return -1; // another worker failed: the call is over
+      const task = Atomics.add(header, HEADER.next, 1);
+      return task < job.tasks ? task : -1;
+    };
+    const ticket = Atomics.add(header, HEADER.ticket, 1);
+    const run = RUNNERS[job.op] as Runner<Op> | undefined;
+    if (!run) throw new Error(`unknown operation '${String(job.op)}'`);
+    run(job, revive<JobArgs[Op]>(job.args, job.buffer), next, ticket);
     reply({ type: 'done', id });
   } catch (err) {
     reply({ type: 'error', id, message: err instanceof Error ? err.message : String(err) });

@@ -1,31 +1,39 @@
 // Checkpoints: a TinyTransformer to safetensors bytes and back (pure; the CLI writes the bytes atomically,
-// the page can fetch them). One decision to know: the model's config, task and vocabulary travel in the
-// file's __metadata__ (strings, as the format requires), so a checkpoint is self-describing — and the
-// loader trusts none of it: every field is checked for type and range, and every weight for finiteness,
-// before a model is built, because a wrong field or a NaN would otherwise run as a different model.
+// the page can fetch them). One decision to know: config, task and tokenizer (by type, 'qkv.tokenizer';
+// older files' 'qkv.vocab' word list still loads) travel in __metadata__, so a checkpoint describes itself
+// — and the loader trusts none of it: every field is checked for type and range and every weight for
+// finiteness before a model is built, because a wrong field or a NaN would run as a different model.
 
 import { checkVocabulary, formatFound, nonFiniteAt } from '../io/checks.js';
 import { decodeSafetensors, encodeSafetensors, SafetensorsError } from '../io/safetensors.js';
+import { transformerTensorCount } from '../model/params.js';
 import {
   MAX_STORED_LEN,
-  TENSORS_OUTSIDE_LAYERS,
-  TENSORS_PER_LAYER,
   TinyTransformer,
   type TransformerConfig,
   transformerParameterShapes,
 } from '../model/transformer.js';
+import { tokenizerFromMetadata, tokenizerMetadata } from '../text/registry.js';
+import { LEGACY_VOCAB_KEY, TOKENIZER_KEY, type Tokenizer } from '../text/tokenizer.js';
+import { WordTokenizer } from '../text/word.js';
 
 /** What a checkpoint says about itself besides its weights. */
 export interface CheckpointInfo {
   task?: string;
   step?: number;
+  /** How the model's ids map to text, stored by type ('qkv.tokenizer'). Its vocabSize must be the model's. */
+  tokenizer?: Tokenizer;
+  /**
+   * @deprecated Give `tokenizer`. A word list, saved as `new WordTokenizer(vocab)`; loading returns
+   * `tokenizer`, never `vocab`.
+   */
   vocab?: string[];
   /** Any other metadata strings. */
   extra?: Record<string, string>;
 }
 
 /** The metadata keys saveCheckpoint writes itself (info.extra may not set them). */
-const RESERVED = ['qkv.config', 'qkv.task', 'qkv.step', 'qkv.vocab'];
+const RESERVED = ['qkv.config', 'qkv.task', 'qkv.step', TOKENIZER_KEY, LEGACY_VOCAB_KEY];
 
 /** The model's weights (PyTorch-style names, float32) and config as safetensors bytes. */
 export function saveCheckpoint(model: TinyTransformer, info: CheckpointInfo = {}): Uint8Array {
@@ -38,10 +46,17 @@ export function saveCheckpoint(model: TinyTransformer, info: CheckpointInfo = {}
   if (info.step !== undefined && !(Number.isSafeInteger(info.step) && info.step >= 0))
     fail(`info.step must be a non-negative integer, found ${formatFound(info.step)}`);
   if (info.vocab !== undefined) {
+    if (info.tokenizer !== undefined) fail('give info.tokenizer or info.vocab (deprecated), not both');
     checkVocabulary(info.vocab, 'info.vocab', fail);
     if (info.vocab.length !== model.config.vocabSize)
       fail(`info.vocab has ${info.vocab.length} words but the model has vocabSize ${model.config.vocabSize}`);
   }
+  const tokenizer = info.vocab !== undefined ? new WordTokenizer(info.vocab) : info.tokenizer;
+  const stored = tokenizer === undefined ? {} : tokenizerMetadata(tokenizer, (m) => fail(`info.${m}`));
+  if (tokenizer !== undefined && tokenizer.vocabSize !== model.config.vocabSize)
+    fail(
+      `info.tokenizer has ${tokenizer.vocabSize} tokens but the model has vocabSize ${model.config.vocabSize}`,
+    );
   for (const key of Object.keys(info.extra ?? {})) {
     if (RESERVED.includes(key)) fail(`info.extra may not set '${key}' (saveCheckpoint writes it)`);
   }
@@ -49,10 +64,10 @@ export function saveCheckpoint(model: TinyTransformer, info: CheckpointInfo = {}
     format: 'pt',
     'qkv.config': JSON.stringify(model.config),
     ...info.extra,
+    ...stored,
   };
   if (info.task !== undefined) metadata['qkv.task'] = info.task;
   if (info.step !== undefined) metadata['qkv.step'] = String(info.step);
-  if (info.vocab) metadata['qkv.vocab'] = JSON.stringify(info.vocab);
   return encodeSafetensors(model.stateDict(), metadata);
 }
 
@@ -135,20 +150,18 @@ export function loadCheckpoint(
       fail(`qkv.step must be a non-negative integer, found ${formatFound(step)}`);
     info.step = Number(step);
   }
-  if (metadata['qkv.vocab'] !== undefined) {
-    let vocab: unknown;
-    try {
-      vocab = JSON.parse(metadata['qkv.vocab']);
-    } catch (err) {
-      fail(`qkv.vocab is not valid JSON (${(err as Error).message})`);
-    }
-    info.vocab = checkVocabulary(vocab, 'qkv.vocab', fail);
-    if (info.vocab.length !== config.vocabSize)
-      fail(`qkv.vocab has ${info.vocab.length} words but qkv.config has vocabSize ${config.vocabSize}`);
+  const tokenizer = tokenizerFromMetadata(metadata, fail);
+  if (tokenizer !== undefined) {
+    const [key, unit] =
+      metadata[TOKENIZER_KEY] !== undefined ? [TOKENIZER_KEY, 'tokens'] : [LEGACY_VOCAB_KEY, 'words'];
+    if (tokenizer.vocabSize !== config.vocabSize)
+      fail(`${key} has ${tokenizer.vocabSize} ${unit} but qkv.config has vocabSize ${config.vocabSize}`);
+    info.tokenizer = tokenizer;
   }
 
   const names = Object.keys(tensors);
-  const expected = TENSORS_OUTSIDE_LAYERS + TENSORS_PER_LAYER * config.numLayers;
+  // Counted from the parameter table, not listed: a hostile numLayers must not build a huge list.
+  const expected = transformerTensorCount(config);
   if (names.length !== expected) {
     fail(
       `the config has ${config.numLayers} layers (${expected} tensors) but the file holds ${names.length} tensors`,

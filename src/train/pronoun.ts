@@ -12,6 +12,7 @@ import { noGrad } from '../autograd/var.js';
 import type { TinyTransformer } from '../model/transformer.js';
 import { Generator } from '../random.js';
 import { Tensor } from '../tensor.js';
+import { WordTokenizer } from '../text/word.js';
 import type { Batch, Task } from './tasks.js';
 
 const ANIMALS = [
@@ -118,8 +119,9 @@ const VOCAB = [
     ...OBJECT_PLACE_ADJ,
   ]),
 ];
-const ID = new Map(VOCAB.map((w, i) => [w, i]));
-const PAD = 0;
+/** The task's tokenizer: one id per word of VOCAB, "<pad>" (id 0) the padding. */
+const TOKENIZER = new WordTokenizer(VOCAB);
+const PAD = TOKENIZER.specials.pad!;
 const L = 12;
 
 /** A (referent, adjective) pair is held out when this small hash is 0 mod 5 (about 20% of pairs). */
@@ -188,13 +190,12 @@ export function pronounSentence(
   }
 }
 
-/** Token ids of words (throws on a word outside the vocabulary). */
+/**
+ * Token ids of words (throws an UnknownTokenError naming words outside the vocabulary).
+ * @deprecated Use `pronounTask.tokenizer.encode(words)`, which returns an Int32Array.
+ */
 export function encodePronoun(words: readonly string[]): number[] {
-  return words.map((w) => {
-    const id = ID.get(w);
-    if (id === undefined) throw new RangeError(`pronoun: '${w}' is not in the vocabulary`);
-    return id;
-  });
+  return Array.from(TOKENIZER.encode(words));
 }
 
 function batchOf(sentences: PronounSentence[]): Batch {
@@ -203,7 +204,7 @@ function batchOf(sentences: PronounSentence[]): Batch {
   const targets = new Int32Array(B * L).fill(-1);
   const mask = new Float32Array(B * L);
   sentences.forEach((s, b) => {
-    encodePronoun(s.words).forEach((id, t) => {
+    TOKENIZER.encode(s.words).forEach((id, t) => {
       ids[b * L + t] = id;
       mask[b * L + t] = 1;
     });
@@ -212,13 +213,37 @@ function batchOf(sentences: PronounSentence[]): Batch {
   return { ids, targets, B, L, mask: new Tensor(mask, [B, 1, 1, L]) };
 }
 
+/** The article's sentence, for demos: "the animal didn't cross the street because it was too tired". */
+export const ARTICLE_SENTENCE = [
+  'the',
+  'animal',
+  "didn't",
+  'cross',
+  'the',
+  'street',
+  'because',
+  'it',
+  'was',
+  'too',
+  'tired',
+];
+
 /** The pronoun task: a 2-layer encoder, D = 64, 4 heads, 800 steps of 32 sentences. */
 export const pronounTask: Task = {
   name: 'pronoun',
   description: `"The <animal> didn't cross the <place> | catch the <animal> because it was too <adjective>": ${ANIMALS.length} animals, ${PLACES.length} places, ${new Set([...ANIMAL_ADJ, ...PLACE_ADJ, ...OBJECT_ADJ, ...SUBJECT_PLACE_ADJ, ...OBJECT_PLACE_ADJ]).size} adjectives`,
-  vocab: VOCAB,
+  tokenizer: TOKENIZER,
+  display: {
+    sample: ARTICLE_SENTENCE,
+    scored: [
+      { position: ARTICLE_SENTENCE.indexOf('it'), target: 'animal', key: ARTICLE_SENTENCE.indexOf('animal') },
+    ],
+    pattern: 'the “it” row on “animal”',
+    layers: 'last',
+    sentences: true,
+  },
   model: {
-    vocabSize: VOCAB.length,
+    vocabSize: TOKENIZER.vocabSize,
     dModel: 64,
     numHeads: 4,
     numLayers: 2,
@@ -255,7 +280,7 @@ export function evaluatePronoun(
   { count = 1000, seed = 12345, family = 'both' as PronounFamily, batchSize = EVAL_BATCH } = {},
 ): PronounScore {
   const gen = new Generator(seed);
-  const V = VOCAB.length;
+  const V = TOKENIZER.vocabSize;
   const H = model.config.numHeads;
   let correct = 0;
   const perHead = new Float64Array(H);
@@ -268,8 +293,9 @@ export function evaluatePronoun(
     const last = weights[weights.length - 1].data; // [B, H, L, L]
     sentences.forEach((s, b) => {
       const o = (b * L + s.itIndex) * V;
-      let best = 0;
-      for (let c = 1; c < V; c++) if (logits.data[o + c] > logits.data[o + best]) best = c; // never <pad>
+      let best = PAD === 0 ? 1 : 0; // never <pad>: it is no answer
+      for (let c = best + 1; c < V; c++)
+        if (c !== PAD && logits.data[o + c] > logits.data[o + best]) best = c;
       if (best === ids[b * L + s.referentIndex]) correct++;
       for (let h = 0; h < H; h++) perHead[h] += last[((b * H + h) * L + s.itIndex) * L + s.referentIndex];
     });
@@ -278,18 +304,3 @@ export function evaluatePronoun(
   for (let h = 1; h < H; h++) if (perHead[h] > perHead[head]) head = h;
   return { accuracy: correct / count, referentAttention: perHead[head] / count, head, sentences: count };
 }
-
-/** The article's sentence, for demos: "the animal didn't cross the street because it was too tired". */
-export const ARTICLE_SENTENCE = [
-  'the',
-  'animal',
-  "didn't",
-  'cross',
-  'the',
-  'street',
-  'because',
-  'it',
-  'was',
-  'too',
-  'tired',
-];

@@ -10,6 +10,7 @@ import { TinyTransformer, type TransformerConfig } from '../model/transformer.js
 import { Generator } from '../random.js';
 import { checkFinite, checkInteger, checkOptionNames, formatValue } from '../shape.js';
 import type { Tensor } from '../tensor.js';
+import { saveCheckpoint } from './checkpoint.js';
 import { pronounTask } from './pronoun.js';
 import { sequenceTask, type Task, type TaskDefaults } from './tasks.js';
 
@@ -80,12 +81,13 @@ function checkTrainerOptions(options: TrainerOptions) {
     typeof given === 'object' &&
     typeof given.batch === 'function' &&
     given.defaults !== null &&
-    typeof given.defaults === 'object'
+    typeof given.defaults === 'object' &&
+    typeof given.tokenizer?.encode === 'function'
   ) {
     task = given;
   } else {
     throw new TypeError(
-      `${fn}: task must be a task name (${TASK_NAMES.join(', ')}) or a Task, got ${formatValue(given)}`,
+      `${fn}: task must be a task name (${TASK_NAMES.join(', ')}) or a Task (batch, defaults, tokenizer), got ${formatValue(given)}`,
     );
   }
   // The value of a task-default option, and its name as the message should say it.
@@ -112,6 +114,12 @@ function checkTrainerOptions(options: TrainerOptions) {
   if (model === null || typeof model !== 'object') {
     throw new TypeError(
       `${fn}: model must be an object of TransformerConfig overrides, got ${formatValue(model)}`,
+    );
+  }
+  const vocabSize = model.vocabSize ?? task.model.vocabSize;
+  if (task.tokenizer.vocabSize !== vocabSize) {
+    throw new RangeError(
+      `${fn}: the task's tokenizer has ${formatValue(task.tokenizer.vocabSize)} tokens but the model's vocabSize is ${formatValue(vocabSize)}`,
     );
   }
   return { task, seed, steps, batchSize, lr, warmup, weightDecay, clip, model };
@@ -190,6 +198,19 @@ export class Trainer {
       );
     }
     return total / batches;
+  }
+
+  /**
+   * The model as safetensors bytes with the task's name, the steps taken and the task's tokenizer in its
+   * metadata (what `qkv train` writes and the Train tab downloads); `extra` adds metadata strings.
+   */
+  checkpoint(extra?: Record<string, string>): Uint8Array {
+    return saveCheckpoint(this.model, {
+      task: this.task.name,
+      step: this.step,
+      tokenizer: this.task.tokenizer,
+      ...(extra === undefined ? {} : { extra }),
+    });
   }
 
   /**

@@ -1,15 +1,28 @@
 // A qkv checkpoint (safetensors written by `qkv train`) as an AttentionStack for the playground and
 // `qkv viz --model`. One decision to know: everything needed travels in the file — the model config
-// (`qkv.config`: numHeads…) and the vocabulary (`qkv.vocab`) are read from its __metadata__, and each
-// field read is checked (type, range, agreement with the tensors), as is every weight (finite), so a bad
-// file fails here with its name and the field, not later as a NaN picture or a different model.
+// (`qkv.config`: numHeads…) and the tokenizer (`qkv.tokenizer`, or an older file's `qkv.vocab`) are read
+// from its __metadata__, and each field read is checked (type, range, agreement with the tensors), as is
+// every weight (finite), so a bad file fails here with its name and the field, not later as a NaN picture.
 
-import { checkVocabulary, formatFound, nonFiniteAt } from '../io/checks.js';
+import { formatFound, nonFiniteAt } from '../io/checks.js';
 import { decodeSafetensors } from '../io/safetensors.js';
+import { tokenizerFromMetadata } from '../text/registry.js';
+import { LEGACY_VOCAB_KEY, TOKENIZER_KEY, type Tokenizer } from '../text/tokenizer.js';
 import { type AttentionStack, stackFromStateDict } from './stack.js';
 
-/** Builds the stack a checkpoint describes; `name` (e.g. its path) goes into the description and errors. */
-export function stackFromSafetensors(bytes: Uint8Array, name = 'checkpoint'): AttentionStack {
+/** A checkpoint's stack with the tokenizer that turns text into the tokens its embedding rows are named by. */
+export interface CheckpointStack extends AttentionStack {
+  tokenizer: Tokenizer;
+  /** Every token, by id (`tokenizer.idToToken`): the names of the embedding rows. */
+  vocab: readonly string[];
+}
+
+/**
+ * Builds the stack a checkpoint describes; `name` (e.g. its path) goes into the description and errors.
+ * Its `tokenizer` splits text into the tokens `embed` takes (`tokenizer.tokenize` for labels, `encode`
+ * to find the words it does not know).
+ */
+export function stackFromSafetensors(bytes: Uint8Array, name = 'checkpoint'): CheckpointStack {
   const fn = 'stackFromSafetensors';
   if (typeof name !== 'string')
     throw new TypeError(`${fn}: name must be a string, found ${formatFound(name)}`);
@@ -47,7 +60,18 @@ export function stackFromSafetensors(bytes: Uint8Array, name = 'checkpoint'): At
     if (c[key] !== undefined && typeof c[key] !== 'boolean')
       fail(`qkv.config field '${key}' must be a boolean, found ${formatFound(c[key])}`);
   }
-  const vocab = checkVocabulary(parse('qkv.vocab'), 'qkv.vocab', fail);
+  const tokenizer = tokenizerFromMetadata(metadata, fail);
+  if (tokenizer === undefined)
+    return fail(
+      `no '${TOKENIZER_KEY}' (nor the older '${LEGACY_VOCAB_KEY}') in its metadata (not a qkv checkpoint?)`,
+    );
+  const rows = tensors['embedding.weight']?.shape;
+  if (rows !== undefined && rows[0] !== tokenizer.vocabSize) {
+    const [key, unit] =
+      metadata[TOKENIZER_KEY] !== undefined ? [TOKENIZER_KEY, 'tokens'] : [LEGACY_VOCAB_KEY, 'words'];
+    fail(`${key} has ${tokenizer.vocabSize} ${unit} but embedding.weight is [${rows}]`);
+  }
+  const vocab = Array.from({ length: tokenizer.vocabSize }, (_, id) => tokenizer.idToToken(id));
   const stepText = metadata['qkv.step'];
   if (stepText !== undefined && !/^(0|[1-9][0-9]*)$/.test(stepText))
     fail(`qkv.step must be a non-negative integer, found ${formatFound(stepText)}`);
@@ -73,6 +97,8 @@ export function stackFromSafetensors(bytes: Uint8Array, name = 'checkpoint'): At
   const unscaled = c.scaleScores === false ? ', scores not scaled by 1/√d_k' : '';
   return {
     ...stack,
-    description: `trained checkpoint ${name} (${task}${kind}, ${layers} layers × ${heads} heads, d_model ${stack.dModel}${step}${unscaled}; ${vocab.length}-word vocabulary)`,
+    description: `trained checkpoint ${name} (${task}${kind}, ${layers} layers × ${heads} heads, d_model ${stack.dModel}${step}${unscaled}; ${tokenizer.description})`,
+    tokenizer,
+    vocab,
   };
 }

@@ -2,9 +2,11 @@
 // pre-LayerNorm blocks (x += Attn(LN(x)); x += MLP(LN(x)), tanh-GELU MLP), the shape of qkv's
 // TinyTransformer. One decision to know: weights come from one boundary — `seededStack` (deterministic,
 // untrained) or `stackFromStateDict` (a checkpoint's tensors under PyTorch nn.TransformerEncoderLayer
-// names) — and every attention call is qkv's own, so what the page shows is what the library computes.
+// names) — and both hold one weight format, a record named and shaped by the parameter table
+// (model/params.ts), of which each StackLayer is a view; traceStack runs the library's own block forward.
 
 import { checkVocabulary, formatFound, nonFiniteAt } from '../io/checks.js';
+import { type BlockDims, blockParamSpecs, fillInit } from '../model/params.js';
 import { Generator } from '../random.js';
 import { formatShape } from '../shape.js';
 import { Tensor, type TensorLike, toTensor } from '../tensor.js';
@@ -54,10 +56,40 @@ export interface SeededStackConfig {
   seed: number;
 }
 
-function uniform(shape: number[], bound: number, gen: Generator): Tensor {
-  const t = Tensor.zeros(shape);
-  for (let i = 0; i < t.data.length; i++) t.data[i] = gen.uniform(-bound, bound);
-  return t;
+/**
+ * Block `prefix` ('layers.0.') of a record of PyTorch-named tensors as a StackLayer whose arrays are views
+ * of the record's (a packed in_proj_weight [3D, D] is read as three [D, D] views, not copied).
+ */
+function layerView(get: (name: string) => Tensor | undefined, prefix: string): StackLayer {
+  const a = `${prefix}self_attn.`;
+  let w3: Tensor[];
+  const packed = get(`${a}in_proj_weight`);
+  if (packed) {
+    const D = packed.shape[1];
+    w3 = [0, 1, 2].map((k) => new Tensor(packed.data.subarray(k * D * D, (k + 1) * D * D), [D, D]));
+  } else {
+    w3 = ['q', 'k', 'v'].map((x) => get(`${a}${x}_proj_weight`)!);
+  }
+  const [wq, wk, wv] = w3;
+  const qk = wq.shape[0];
+  const b = get(`${a}in_proj_bias`)!.data;
+  const data = (name: string) => get(prefix + name)!.data;
+  return {
+    norm1: { weight: data('norm1.weight'), bias: data('norm1.bias') },
+    wq,
+    wk,
+    wv,
+    bq: b.subarray(0, qk),
+    bk: b.subarray(qk, 2 * qk),
+    bv: b.subarray(2 * qk),
+    wo: get(`${a}out_proj.weight`)!,
+    bo: data('self_attn.out_proj.bias'),
+    norm2: { weight: data('norm2.weight'), bias: data('norm2.bias') },
+    fc1: get(`${prefix}linear1.weight`)!,
+    b1: data('linear1.bias'),
+    fc2: get(`${prefix}linear2.weight`)!,
+    b2: data('linear2.bias'),
+  };
 }
 
 /**
@@ -81,29 +113,18 @@ export function seededStack(config: SeededStackConfig): AttentionStack {
     }
   }
   if (!Number.isFinite(seed)) throw new RangeError(`${fn}: seed must be a finite number, got ${seed}`);
+  // The parameter table's block tensors under its 'article' rule, drawn in table order (per layer: Q, K,
+  // V, out_proj, linear1, linear2; norms and biases draw nothing).
   const gen = new Generator(seed);
-  const F = 4 * D;
-  const ones = () => new Float32Array(D).fill(1);
+  const dims: BlockDims = { dModel: D, numHeads: H, headDim: dK, valueDim: dV, dFF: 4 * D };
+  const record: Record<string, Tensor> = {};
   const stackLayers: StackLayer[] = [];
   for (let l = 0; l < layers; l++) {
-    const xq = Math.sqrt(6 / (D + H * dK));
-    const xv = Math.sqrt(6 / (D + H * dV));
-    stackLayers.push({
-      norm1: { weight: ones(), bias: new Float32Array(D) },
-      wq: uniform([H * dK, D], xq, gen),
-      wk: uniform([H * dK, D], xq, gen),
-      wv: uniform([H * dV, D], xv, gen),
-      bq: new Float32Array(H * dK),
-      bk: new Float32Array(H * dK),
-      bv: new Float32Array(H * dV),
-      wo: uniform([D, H * dV], 1 / Math.sqrt(H * dV), gen),
-      bo: new Float32Array(D),
-      norm2: { weight: ones(), bias: new Float32Array(D) },
-      fc1: uniform([F, D], 1 / Math.sqrt(D), gen),
-      b1: new Float32Array(F),
-      fc2: uniform([D, F], 1 / Math.sqrt(F), gen),
-      b2: new Float32Array(D),
-    });
+    for (const { name, shape, init } of blockParamSpecs(dims, `layers.${l}.`, 'article')) {
+      record[name] = Tensor.zeros(shape);
+      fillInit(init, record[name].data, gen);
+    }
+    stackLayers.push(layerView((name) => record[name], `layers.${l}.`));
   }
   const embed = (tokens: readonly string[]): Tensor => {
     const x = new Float32Array(tokens.length * D);
@@ -133,36 +154,44 @@ export function seededStack(config: SeededStackConfig): AttentionStack {
  */
 export function stackStateDict(stack: AttentionStack): Record<string, Tensor> {
   const out: Record<string, Tensor> = {};
-  const vec = (a: Float32Array) => new Tensor(a.slice(), [a.length]);
-  const D = stack.dModel;
-  const packed = stack.heads * stack.dK === D && stack.heads * stack.dV === D;
+  const { dModel: D, heads: H, dK, dV } = stack;
   stack.layers.forEach((l, i) => {
-    const p = `layers.${i}.`;
-    const a = `${p}self_attn.`;
-    out[`${p}norm1.weight`] = vec(l.norm1.weight);
-    out[`${p}norm1.bias`] = vec(l.norm1.bias);
-    if (packed) {
-      out[`${a}in_proj_weight`] = new Tensor(Float32Array.from([...l.wq.data, ...l.wk.data, ...l.wv.data]), [
-        3 * D,
-        D,
-      ]);
-    } else {
-      out[`${a}q_proj_weight`] = l.wq.clone();
-      out[`${a}k_proj_weight`] = l.wk.clone();
-      out[`${a}v_proj_weight`] = l.wv.clone();
+    const dims: BlockDims = { dModel: D, numHeads: H, headDim: dK, valueDim: dV, dFF: l.fc1.shape[0] };
+    const prefix = `layers.${i}.`;
+    for (const { name, shape } of blockParamSpecs(dims, prefix)) {
+      out[name] = new Tensor(concat(STACK_FIELDS[name.slice(prefix.length)](l)), shape);
     }
-    out[`${a}in_proj_bias`] = new Tensor(Float32Array.from([...l.bq, ...l.bk, ...l.bv]), [
-      l.bq.length * 2 + l.bv.length,
-    ]);
-    out[`${a}out_proj.weight`] = l.wo.clone();
-    out[`${a}out_proj.bias`] = vec(l.bo);
-    out[`${p}norm2.weight`] = vec(l.norm2.weight);
-    out[`${p}norm2.bias`] = vec(l.norm2.bias);
-    out[`${p}linear1.weight`] = l.fc1.clone();
-    out[`${p}linear1.bias`] = vec(l.b1);
-    out[`${p}linear2.weight`] = l.fc2.clone();
-    out[`${p}linear2.bias`] = vec(l.b2);
   });
+  return out;
+}
+
+/** Where each block tensor of the parameter table sits in a StackLayer (several arrays: packed in order). */
+const STACK_FIELDS: Record<string, (l: StackLayer) => Float32Array[]> = {
+  'norm1.weight': (l) => [l.norm1.weight],
+  'norm1.bias': (l) => [l.norm1.bias],
+  'self_attn.in_proj_weight': (l) => [l.wq.data, l.wk.data, l.wv.data],
+  'self_attn.q_proj_weight': (l) => [l.wq.data],
+  'self_attn.k_proj_weight': (l) => [l.wk.data],
+  'self_attn.v_proj_weight': (l) => [l.wv.data],
+  'self_attn.in_proj_bias': (l) => [l.bq, l.bk, l.bv],
+  'self_attn.out_proj.weight': (l) => [l.wo.data],
+  'self_attn.out_proj.bias': (l) => [l.bo],
+  'norm2.weight': (l) => [l.norm2.weight],
+  'norm2.bias': (l) => [l.norm2.bias],
+  'linear1.weight': (l) => [l.fc1.data],
+  'linear1.bias': (l) => [l.b1],
+  'linear2.weight': (l) => [l.fc2.data],
+  'linear2.bias': (l) => [l.b2],
+};
+
+/** A fresh array holding `parts` one after another. */
+function concat(parts: Float32Array[]): Float32Array {
+  const out = new Float32Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
   return out;
 }
 
@@ -197,11 +226,13 @@ export function stackFromStateDict(
   if (options.description !== undefined && typeof options.description !== 'string')
     fail(`description must be a string, found ${formatFound(options.description)}`);
 
+  const checked: Record<string, Tensor> = {}; // what was read, as Tensors: the record the layers view
   const get = (name: string, rank?: number): Tensor => {
     if (!(name in dict)) {
       throw new Error(`${fn}: missing tensor '${name}' (have: ${Object.keys(dict).slice(0, 8).join(', ')}…)`);
     }
-    const t = toTensor(dict[name], fn, name);
+    const t = checked[name] ?? toTensor(dict[name], fn, name);
+    checked[name] = t;
     if (rank !== undefined && t.rank !== rank) {
       throw new RangeError(`${fn}: '${name}' must have rank ${rank}, got shape ${formatShape(t.shape)}`);
     }
@@ -232,7 +263,7 @@ export function stackFromStateDict(
     if (`${a}in_proj_weight` in dict) {
       // PyTorch packs Q, K and V only when all three are D wide: [3D, D].
       const w = getShaped(`${a}in_proj_weight`, [3 * D, D], '[3·D, D] = ');
-      w3 = [0, 1, 2].map((k) => new Tensor(w.data.slice(k * D * D, (k + 1) * D * D), [D, D]));
+      w3 = [0, 1, 2].map((k) => new Tensor(w.data.subarray(k * D * D, (k + 1) * D * D), [D, D]));
     } else {
       w3 = ['q', 'k', 'v'].map((x) => get(`${a}${x}_proj_weight`, 2));
       if (w3[1].shape[0] !== w3[0].shape[0])
@@ -244,7 +275,6 @@ export function stackFromStateDict(
     if (b.length !== 2 * qk + vd) {
       throw new RangeError(`${fn}: '${a}in_proj_bias' has ${b.length} values, expected ${2 * qk + vd}`);
     }
-    const [bq, bk, bv] = [b.slice(0, qk), b.slice(qk, 2 * qk), b.slice(2 * qk)];
     if (
       qk === 0 ||
       vd === 0 ||
@@ -266,22 +296,13 @@ export function stackFromStateDict(
     const fc1 = get(`${p}linear1.weight`, 2);
     const F = fc1.shape[0];
     if (fc1.shape[1] !== D) fail(`'${p}linear1.weight' must be [F, ${D}], got ${formatShape(fc1.shape)}`);
-    layers.push({
-      norm1: { weight: getShaped(`${p}norm1.weight`, [D]).data, bias: getShaped(`${p}norm1.bias`, [D]).data },
-      wq,
-      wk,
-      wv,
-      bq,
-      bk,
-      bv,
-      wo: getShaped(`${a}out_proj.weight`, [D, vd]),
-      bo: getShaped(`${a}out_proj.bias`, [D]).data,
-      norm2: { weight: getShaped(`${p}norm2.weight`, [D]).data, bias: getShaped(`${p}norm2.bias`, [D]).data },
-      fc1,
-      b1: getShaped(`${p}linear1.bias`, [F]).data,
-      fc2: getShaped(`${p}linear2.weight`, [D, F]),
-      b2: getShaped(`${p}linear2.bias`, [D]).data,
-    });
+    // Every other tensor as the parameter table shapes it for these widths (q, k and v were read above,
+    // packed or not as the file stores them).
+    const dims: BlockDims = { dModel: D, numHeads: H, headDim: qk / H, valueDim: vd / H, dFF: F };
+    for (const { name, shape } of blockParamSpecs(dims, p)) {
+      if (!name.endsWith('_proj_weight')) getShaped(name, shape);
+    }
+    layers.push(layerView((name) => checked[name], p));
   }
   if (layers.length === 0) throw new Error(`${fn}: no layers (expected 'layers.0.norm1.weight' and friends)`);
   const index = new Map(vocab.map((w, i) => [w, i]));

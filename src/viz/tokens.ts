@@ -1,13 +1,13 @@
 // Word tokens for the playground and `qkv viz`: what a learner types is what the heatmap labels show.
 // One decision to know: words keep inner apostrophes and hyphens ("didn't" is one token), punctuation is
-// its own token, and each Han/kana character is a token (Chinese has no spaces between words).
+// its own token, and each Han/kana character is a token (Chinese has no spaces between words). The rule
+// lives in text/word.ts: a WordTokenizer splits text the same way (keeping "<sep>"-style tokens whole).
 
-const TOKEN =
-  /[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}]|[\p{L}\p{N}\p{M}]+(?:['’-][\p{L}\p{N}\p{M}]+)*|[^\s\p{L}\p{N}\p{M}]/gu;
+import { splitWords } from '../text/word.js';
 
 /** Splits text into word, number, punctuation and CJK-character tokens. */
 export function tokenize(text: string): string[] {
-  return text.match(TOKEN) ?? [];
+  return splitWords(text);
 }
 
 /** FNV-1a over code points plus a final mix: a seeded embedding depends on the token, not its position. */

@@ -1,11 +1,20 @@
 // Runs an AttentionStack over tokens and keeps what the playground shows: every head's weights in every
 // layer, and for one focused head every intermediate (X, Q, K, V, Q·Kᵀ, ÷√d_k, mask, softmax, ·V).
-// One decision to know: the softmax and ·V come from qkv's own attention (attendWithWeights: both in one pass);
-// only the projections and the displayed pre-softmax matrices are computed here (float64 sums).
+// One decision to know: the trace is an observer on the library's one block forward (model/block.ts over
+// Tensors), so what it shows is what MultiHeadAttention and TinyTransformer compute; only the displayed
+// pre-softmax matrices (Q·Kᵀ, scaled, masked) are computed here, for the focused head.
 // Every head's weights are layers·H·L² floats (48 layers × 64 heads × 512² tokens: 3.2 GB), so a caller
 // that draws one head (qkv viz) asks for `focusOnly`: layers up to the focus, one layer's weights at a time.
 
-import { attendWithWeights } from '../attention/sdpa.js';
+import { linear } from '../kernels/matmul.js';
+import {
+  attend,
+  type BlockAttentionOptions,
+  type BlockObserver,
+  type BlockParams,
+  transformerBlock,
+} from '../model/block.js';
+import { tensorOps } from '../model/ops-tensor.js';
 import { sinusoidalPositionalEncoding } from '../position/sinusoidal.js';
 import { Tensor } from '../tensor.js';
 import type { AttentionStack, StackLayer } from './stack.js';
@@ -61,76 +70,37 @@ export interface StackTrace {
   steps: HeadSteps;
 }
 
-/** y = x·Wᵀ + b for x [L, in], W [out, in]: [L, out], summed in float64. */
-export function linear(x: Tensor, w: Tensor, b?: Float32Array): Tensor {
-  const [L, n] = x.shape;
-  const [m, n2] = w.shape;
-  if (n !== n2) {
-    throw new RangeError(`linear: x is [${x.shape}] but weight is [${w.shape}] (inner sizes ${n} ≠ ${n2})`);
-  }
-  const out = new Float32Array(L * m);
-  for (let i = 0; i < L; i++) {
-    for (let o = 0; o < m; o++) {
-      let s = b ? b[o] : 0;
-      const xi = i * n;
-      const wo = o * n;
-      for (let c = 0; c < n; c++) s += x.data[xi + c] * w.data[wo + c];
-      out[i * m + o] = s;
-    }
-  }
-  return new Tensor(out, [L, m]);
+/** A StackLayer as the block forward's parameters (its arrays wrapped, not copied; the q|k|v biases packed). */
+function blockParamsOf(layer: StackLayer, tieQK: boolean): BlockParams<Tensor> {
+  const vec = (a: Float32Array) => new Tensor(a, [a.length]);
+  const bk = tieQK ? layer.bq : layer.bk; // W_K := W_Q and b_K := b_Q
+  const inProjBias = new Float32Array(2 * layer.bq.length + layer.bv.length);
+  inProjBias.set(layer.bq);
+  inProjBias.set(bk, layer.bq.length);
+  inProjBias.set(layer.bv, layer.bq.length + bk.length);
+  return {
+    norm1: { weight: vec(layer.norm1.weight), bias: vec(layer.norm1.bias) },
+    selfAttn: {
+      qProjWeight: layer.wq,
+      kProjWeight: tieQK ? layer.wq : layer.wk,
+      vProjWeight: layer.wv,
+      inProjBias: vec(inProjBias),
+      outProjWeight: layer.wo,
+      outProjBias: vec(layer.bo),
+    },
+    norm2: { weight: vec(layer.norm2.weight), bias: vec(layer.norm2.bias) },
+    linear1: { weight: layer.fc1, bias: vec(layer.b1) },
+    linear2: { weight: layer.fc2, bias: vec(layer.b2) },
+  };
 }
 
-function layerNorm(x: Tensor, p: { weight: Float32Array; bias: Float32Array }): Tensor {
-  const [L, D] = x.shape;
-  const out = new Float32Array(L * D);
-  for (let i = 0; i < L; i++) {
-    let mean = 0;
-    for (let c = 0; c < D; c++) mean += x.data[i * D + c];
-    mean /= D;
-    let variance = 0;
-    for (let c = 0; c < D; c++) variance += (x.data[i * D + c] - mean) ** 2;
-    const inv = 1 / Math.sqrt(variance / D + 1e-5);
-    for (let c = 0; c < D; c++) out[i * D + c] = (x.data[i * D + c] - mean) * inv * p.weight[c] + p.bias[c];
-  }
-  return new Tensor(out, [L, D]);
-}
-
-const GELU_C = Math.sqrt(2 / Math.PI);
-
-const add = (a: Tensor, b: Tensor) =>
-  new Tensor(
-    a.data.map((v, i) => v + b.data[i]),
-    a.shape,
-  );
-
-/** [L, H·E] → [1, H, L, E] (split the feature axis into heads). */
-function splitHeads(x: Tensor, H: number): Tensor {
-  const [L, HE] = x.shape;
+/** Head h's [L, E] columns of a [1, L, H·E] tensor. */
+function headOf(x: Tensor, h: number, H: number): Tensor {
+  const [, L, HE] = x.shape;
   const E = HE / H;
-  const out = new Float32Array(L * HE);
-  for (let h = 0; h < H; h++) {
-    for (let i = 0; i < L; i++)
-      out.set(x.data.subarray(i * HE + h * E, i * HE + (h + 1) * E), (h * L + i) * E);
-  }
-  return new Tensor(out, [1, H, L, E]);
-}
-
-/** [1, H, L, E] → [L, H·E] (concatenate heads). */
-function mergeHeads(x: Tensor): Tensor {
-  const [, H, L, E] = x.shape;
-  const out = new Float32Array(L * H * E);
-  for (let h = 0; h < H; h++) {
-    for (let i = 0; i < L; i++)
-      out.set(x.data.subarray((h * L + i) * E, (h * L + i + 1) * E), i * H * E + h * E);
-  }
-  return new Tensor(out, [L, H * E]);
-}
-
-/** One head's [L, E] slice of a [1, H, L, E] tensor. */
-function headOf(x: Tensor, h: number): Tensor {
-  const [, , L, E] = x.shape;
-  return new Tensor(x.data.slice(h * L * E, (h + 1) * L * E), [L, E]);
+  const out = new Float32Array(L * E);
+  for (let i = 0; i < L; i++) out.set(x.data.subarray(i * HE + h * E, i * HE + (h + 1) * E), i * E);
+  return new Tensor(out, [L, E]);
 }
 
 /** Runs `stack` on `tokens` and returns every head's weights plus the focused head's steps. */
@@ -163,11 +133,18 @@ export function traceStack(
     mask = Tensor.full([L, L], 1);
     mask.data.fill(0, blocked * L, (blocked + 1) * L);
   }
-  const attnOptions = { causal, scale, ...(mask ? { mask } : {}) };
+  const attention: BlockAttentionOptions = {
+    numHeads: H,
+    causal,
+    scale,
+    ...(mask ? { mask } : {}),
+    needWeights: true,
+    caller: fn,
+  };
 
   const embeddings = stack.embed(tokens);
   const positions = sinusoidalPositionalEncoding(L, stack.dModel);
-  let x = add(embeddings, positions);
+  let x = tensorOps.add(embeddings, positions).reshape([1, L, stack.dModel]); // [1, L, D]
   const weights: Tensor[] = [];
   let steps: HeadSteps | undefined;
 
@@ -175,48 +152,44 @@ export function traceStack(
   const layers = focusOnly ? stack.layers.slice(0, focus.layer + 1) : stack.layers;
 
   layers.forEach((layer: StackLayer, l) => {
-    const normed = layerNorm(x, layer.norm1);
-    const qFlat = linear(normed, layer.wq, layer.bq); // [L, H·dK]
-    const kFlat = options.tieQK ? qFlat : linear(normed, layer.wk, layer.bk);
-    const vFlat = linear(normed, layer.wv, layer.bv); // [L, H·dV]
-    const q = splitHeads(qFlat, H); // [1, H, L, dK]
-    const k = splitHeads(kFlat, H);
-    const v = splitHeads(vFlat, H); // [1, H, L, dV]
-    const { weights: w, output: out } = attendWithWeights('traceStack', q, k, v, attnOptions); // [1, H, L, L], [1, H, L, dV]
+    const p = blockParamsOf(layer, Boolean(options.tieQK));
+    // What the block shows as it runs: LN1(x), q, k, v [1, L, H·E], the heads' outputs and weights.
+    const seen: { normed?: Tensor; q?: Tensor; k?: Tensor; v?: Tensor; heads?: Tensor; w?: Tensor } = {};
+    const observer: BlockObserver<Tensor> = {
+      normed: (h) => Object.assign(seen, { normed: h }),
+      projected: (q, k, v) => Object.assign(seen, { q, k, v }),
+      attended: (heads, w) => Object.assign(seen, { heads, w }),
+    };
+    const input = x;
+    if (focusOnly && l === focus.layer) {
+      // Nothing after the focused layer's attention is drawn: stop there (no out-projection, no MLP).
+      const normed = tensorOps.layerNorm(x, p.norm1.weight, p.norm1.bias);
+      observer.normed!(normed);
+      attend(tensorOps, p.selfAttn, normed, undefined, attention, observer);
+    } else {
+      x = transformerBlock(tensorOps, p, x, { attention, observer }).x;
+    }
+    const w = seen.w!; // [1, H, L, L]
     if (!focusOnly) weights.push(w.reshape([H, L, L]));
     if (l === focus.layer) steps = headSteps(l, focus.head);
-    if (focusOnly && l === focus.layer) return; // nothing after the focus is drawn
-    const h = add(x, linear(mergeHeads(out), layer.wo, layer.bo));
-    const hidden = linear(layerNorm(h, layer.norm2), layer.fc1, layer.b1);
-    for (let i = 0; i < hidden.data.length; i++) {
-      const z = hidden.data[i];
-      hidden.data[i] = 0.5 * z * (1 + Math.tanh(GELU_C * (z + 0.044715 * z * z * z))); // tanh GELU, as TinyTransformer
-    }
-    x = add(h, linear(hidden, layer.fc2, layer.b2));
 
     function headSteps(layerIndex: number, head: number): HeadSteps {
-      const qh = headOf(q, head);
-      const kh = headOf(k, head);
-      const vh = headOf(v, head);
+      const qh = headOf(seen.q!, head, H);
+      const kh = headOf(seen.k!, head, H);
+      const vh = headOf(seen.v!, head, H);
       const dK = qh.shape[1];
-      const scores = new Float32Array(L * L);
-      for (let i = 0; i < L; i++) {
-        for (let j = 0; j < L; j++) {
-          let s = 0;
-          for (let c = 0; c < dK; c++) s += qh.data[i * dK + c] * kh.data[j * dK + c];
-          scores[i * L + j] = s;
-        }
-      }
+      const scores = linear(qh.data, L, dK, kh.data, 0, L); // Q·Kᵀ [L, L], the library's one product
       const scaled = scores.map((s) => s * scale);
       const masked = scaled.map((s, idx) =>
         visible(Math.floor(idx / L), idx % L) ? s : Number.NEGATIVE_INFINITY,
       );
+      const D = stack.dModel;
       const result: HeadSteps = {
         layer: layerIndex,
         head,
         ...(layerIndex === 0 ? { embeddings, positions } : {}),
-        input: x,
-        normed,
+        input: input.reshape([L, D]),
+        normed: seen.normed!.reshape([L, D]),
         q: qh,
         k: kh,
         v: vh,
@@ -225,7 +198,7 @@ export function traceStack(
         scaled: new Tensor(scaled, [L, L]),
         masked: new Tensor(masked, [L, L]),
         weights: new Tensor(w.data.slice(head * L * L, (head + 1) * L * L), [L, L]),
-        output: headOf(out, head),
+        output: headOf(seen.heads!, head, H),
       };
       if (blocked >= 0) result.article = articleRow(vh, blocked, L);
       return result;

@@ -240,7 +240,7 @@ function renderChips(tokens: string[], unknown: Set<string>): void {
 function showVocab(vocab: string[] | undefined): void {
   const details = $<HTMLDetailsElement>('vocab');
   details.hidden = !vocab;
-  if (vocab) details.querySelector('p')!.textContent = vocab.filter((w) => !w.startsWith('<')).join(' ');
+  if (vocab) details.querySelector('p')!.textContent = vocab.join(' '); // the worker leaves out specials
 }
 
 function renderSteps(t: TraceResult): void {

@@ -101,6 +101,7 @@ export interface ErrorResult {
   /** The tokens and those a checkpoint's vocabulary lacks, when that was the problem. */
   tokens?: string[];
   unknown?: string[];
+  /** The checkpoint's tokens a person may type (its special tokens left out). */
   vocab?: string[];
 }
 

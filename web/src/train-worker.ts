@@ -2,9 +2,10 @@
 // and, every ATTENTION_EVERY steps, the attention of every layer on a fixed sample sequence.
 // One decision to know: the loop yields to the event loop after every step (a MessageChannel round trip,
 // not setTimeout, which browsers clamp to 4 ms), so Pause, Reset and checkpoint requests are heard between
-// two steps. Same task, steps and seed as `qkv train` give the same run: this is the same Trainer.
+// two steps. Same task, steps and seed as `qkv train` give the same run: this is the same Trainer. The
+// sample and its scored positions come from the task (`task.display`), its ids from the task's tokenizer.
 
-import { ARTICLE_SENTENCE, encodePronoun, saveCheckpoint, Trainer } from 'qkv';
+import { autograd, type ScoredPosition, type Task, Trainer } from 'qkv';
 import {
   ATTENTION_EVERY,
   type TrainAttention,
@@ -24,7 +25,7 @@ interface Sample {
   tokens: string[];
   ids: Int32Array;
   /** Positions whose prediction is shown, the token expected there, and where that token sits. */
-  scored: { position: number; target: string; key: number }[];
+  scored: readonly ScoredPosition[];
 }
 
 let trainer: Trainer | undefined;
@@ -53,46 +54,28 @@ const yieldToEvents = () =>
     channel.port2.postMessage(0);
   });
 
-/** The sequence whose attention the page shows: the article's sentence, or a fixed copy/reverse example. */
-function sampleFor(t: Trainer): Sample {
-  if (t.task.name === 'pronoun') {
-    const tokens = [...ARTICLE_SENTENCE];
-    return {
-      tokens,
-      ids: Int32Array.from(encodePronoun(tokens)),
-      scored: [{ position: tokens.indexOf('it'), target: 'animal', key: tokens.indexOf('animal') }],
-    };
-  }
-  // "<bos> x₁ … xₙ <sep> y₁ … yₙ₋₁" (the task's input layout); the prediction after yₜ₋₁ should be yₜ,
-  // which sits at xₜ (copy) or xₙ₊₁₋ₜ (reverse): the x's are distinct, so indexOf finds it.
-  const vocab = t.task.vocab;
-  const L = t.model.config.maxLen;
-  const n = (L - 1) / 2;
-  const x = vocab.slice(2, 2 + n);
-  const y = t.task.name === 'reverse' ? [...x].reverse() : x;
-  const seq = ['<bos>', ...x, '<sep>', ...y];
-  const tokens = seq.slice(0, L);
-  return {
-    tokens,
-    ids: Int32Array.from(tokens, (tok) => vocab.indexOf(tok)),
-    scored: Array.from({ length: n }, (_, i) => {
-      const target = seq[n + 2 + i];
-      return { position: n + 1 + i, target, key: tokens.indexOf(target) };
-    }),
-  };
+/** The sequence whose attention the page shows (the task's display sample), or none if the task has none. */
+function sampleFor(task: Task): Sample | undefined {
+  const d = task.display;
+  if (!d) return undefined;
+  return { tokens: [...d.sample], ids: task.tokenizer.encode(d.sample), scored: d.scored };
 }
 
-function postAttention(t: Trainer, s: Sample): void {
+function postAttention(t: Trainer, s: Sample | undefined): void {
+  if (!s) return;
   const L = s.ids.length;
-  const { logits, weights } = t.model.forward(s.ids, 1, L, { needWeights: true }); // [1, L, V]; [1, H, L, L]
-  const V = t.task.vocab.length;
+  // Untaped (noGrad): a taped forward would keep every activation alive until the next map is posted.
+  const { logits, weights } = autograd.noGrad(() => t.model.forward(s.ids, 1, L, { needWeights: true })); // [1, L, V]; [1, H, L, L]
+  const { tokenizer } = t.task;
+  const V = tokenizer.vocabSize;
+  const pad = tokenizer.specials.pad; // padding is never an answer (as in evaluatePronoun)
   const predictions = s.scored.map(({ position, target, key }) => {
-    // Pronoun's vocabulary starts with <pad>, which is never an answer (as in evaluatePronoun).
-    const first = t.task.name === 'pronoun' ? 1 : 0;
-    let best = first;
-    for (let c = first + 1; c < V; c++)
-      if (logits.data[position * V + c] > logits.data[position * V + best]) best = c;
-    return { position, token: t.task.vocab[best], target, key };
+    let best = -1;
+    for (let c = 0; c < V; c++) {
+      if (c !== pad && (best < 0 || logits.data[position * V + c] > logits.data[position * V + best]))
+        best = c;
+    }
+    return { position, token: tokenizer.idToToken(best), target, key };
   });
   const copies = weights.map((w) => Float32Array.from(w.data));
   const message: TrainAttention = {
@@ -114,7 +97,7 @@ function create(next: TrainSettings): Trainer {
   const t = new Trainer({ task: next.task, steps: next.steps, seed: next.seed });
   const c = t.model.config;
   settings = next;
-  sample = sampleFor(t);
+  sample = sampleFor(t.task);
   elapsedMs = 0;
   tokensSeen = 0;
   post({
@@ -152,7 +135,7 @@ async function loop(id: number): Promise<void> {
         elapsedMs,
         tokensPerSecond: tokensSeen / (elapsedMs / 1000),
       });
-      if (info.step % ATTENTION_EVERY === 0 || trainer.done) postAttention(trainer, sample!);
+      if (info.step % ATTENTION_EVERY === 0 || trainer.done) postAttention(trainer, sample);
     } catch (err) {
       running = false;
       post({ kind: 'error', message: `step ${trainer.step + 1} failed: ${(err as Error).message}` });
@@ -162,7 +145,7 @@ async function loop(id: number): Promise<void> {
   if (loopRun === id) loopRun = -1;
   if (id !== run || !trainer) return;
   running = false;
-  if (lastAttentionStep !== trainer.step) postAttention(trainer, sample!);
+  if (lastAttentionStep !== trainer.step) postAttention(trainer, sample);
   post({ kind: 'state', state: trainer.done ? 'done' : 'paused', step: trainer.step });
 }
 
@@ -185,11 +168,9 @@ scope.onmessage = (e) => {
       post({ kind: 'state', state: 'idle', step: 0 });
     } else {
       if (!trainer || !settings) return post({ kind: 'error', message: 'nothing trained yet: press Start' });
-      const bytes = saveCheckpoint(trainer.model, {
-        task: settings.task,
-        step: trainer.step,
-        vocab: [...trainer.task.vocab],
-        extra: { 'qkv.seed': String(settings.seed), 'qkv.trainedIn': 'qkv playground, Train tab' },
+      const bytes = trainer.checkpoint({
+        'qkv.seed': String(settings.seed),
+        'qkv.trainedIn': 'qkv playground, Train tab',
       });
       post({ kind: 'checkpoint', purpose: req.purpose, bytes, task: settings.task, step: trainer.step }, [
         bytes.buffer,

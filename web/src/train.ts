@@ -2,10 +2,12 @@
 // sample's attention maps (the page's HeatmapCard) as the model learns; "Use this model" and "Download
 // checkpoint". One decision to know: training runs in a worker of its own (train-worker.ts), created on
 // the first Start, so the compute worker that draws the other views is never kept waiting by a step.
+// What differs between tasks (the layer to open on, the note, whether the other views can take the model)
+// is read from the task's `display`, never from its name.
 
-import { getTask, type HeatmapSpec, lineChartSvg, TASK_NAMES, type TaskName } from 'qkv';
+import { getTask, type HeatmapSpec, lineChartSvg, TASK_NAMES, type TaskDisplay, type TaskName } from 'qkv';
 import { download, HeatmapCard } from './heatmap.js';
-import { pronounNote, sequenceNote } from './train-notes.js';
+import { allLayersNote, lastLayerNote } from './train-notes.js';
 import {
   ATTENTION_EVERY,
   type TrainAttention,
@@ -69,6 +71,8 @@ export function setupTrainTab(host: TrainTabHost): void {
   /** Keyboard focus was on Pause when it got disabled: it moves to the button that is next useful. */
   let refocus = false;
   let ready: TrainReady | undefined;
+  /** The running task's display (its sample, pattern and layers), set with `ready`. */
+  let display: TaskDisplay | undefined;
   let last: TrainStep | undefined;
   let attention: TrainAttention | undefined;
   let losses: number[] = [];
@@ -108,11 +112,11 @@ export function setupTrainTab(host: TrainTabHost): void {
     resetBtn.disabled = idle;
     const trained = !idle && (last?.step ?? 0) > 0;
     downloadBtn.disabled = !trained;
-    const pronoun = ready?.settings.task === 'pronoun';
-    useBtn.disabled = !trained || !pronoun;
-    useBtn.title = pronoun
+    const sentences = display?.sentences === true;
+    useBtn.disabled = !trained || !sentences;
+    useBtn.title = sentences
       ? 'Show this model in Step-through, Head view and Model view'
-      : 'Only a pronoun model fits the other views (their sentence and its vocabulary)';
+      : 'Only a model that reads sentences (pronoun) fits the other views (they show a typed sentence)';
     readout.dataset.state = state;
   }
 
@@ -188,8 +192,8 @@ export function setupTrainTab(host: TrainTabHost): void {
         new Option('all layers', 'all'),
       );
       // Pronoun: the last layer, as in the article's picture; copy/reverse: every head (the pattern may
-      // form in any layer).
-      layerSel.value = ready.settings.task === 'pronoun' ? String(layers - 1) : 'all';
+      // form in any layer). The task says which.
+      layerSel.value = display?.layers === 'last' ? String(layers - 1) : 'all';
     }
     const shown =
       layerSel.value === 'all' ? Array.from({ length: layers }, (_, l) => l) : [Number(layerSel.value)];
@@ -221,13 +225,14 @@ export function setupTrainTab(host: TrainTabHost): void {
     });
     maps.dataset.step = String(a.step);
     maps.dataset.layer = layerSel.value;
-    attnNote.innerHTML =
-      ready.settings.task === 'pronoun' ? pronounNote(a) : sequenceNote(a, ready.settings.task);
+    if (display)
+      attnNote.innerHTML = display.layers === 'last' ? lastLayerNote(a) : allLayersNote(a, display);
   }
 
   function onMessage(m: TrainResponse): void {
     if (m.kind === 'ready') {
       ready = m;
+      display = getTask(m.settings.task).display;
       setStatus(
         `Training ${m.settings.task} (${m.parameters.toLocaleString('en')} parameters, ${m.settings.steps} steps of ${m.batchSize} sequences, seed ${m.settings.seed}) in a Web Worker of its own: the page and the other views stay responsive.`,
       );
@@ -283,10 +288,9 @@ export function setupTrainTab(host: TrainTabHost): void {
     const s = ready!.settings;
     const secs = fmtSeconds(last?.elapsedMs ?? 0);
     const loss = `loss ${fmtLoss(losses[0])} → ${fmtLoss(meanOfLast(losses, MEAN_OF))} (mean of the last ${Math.min(MEAN_OF, losses.length)} steps)`;
-    const next =
-      s.task === 'pronoun'
-        ? 'Use this model to look inside it in the other views, or download its checkpoint.'
-        : 'Download its checkpoint to keep it; the other views take pronoun models only.';
+    const next = display?.sentences
+      ? 'Use this model to look inside it in the other views, or download its checkpoint.'
+      : 'Download its checkpoint to keep it; the other views take pronoun models only.';
     return `Done: ${s.steps} steps of ${s.task} in ${secs} of training, ${loss}. ${next}`;
   }
 
@@ -322,6 +326,7 @@ export function setupTrainTab(host: TrainTabHost): void {
     state = 'idle';
     pausing = false;
     ready = undefined;
+    display = undefined;
     last = undefined;
     attention = undefined;
     losses = [];

@@ -1,8 +1,19 @@
 // The compute worker: runs the stack and the experiments off the main thread, so typing stays smooth
 // even at 512 tokens. One decision to know: only the newest request matters — the page drops answers to
-// stale ids — so the worker simply answers in order.
+// stale ids — so the worker simply answers in order. Text is split by the checkpoint's tokenizer when
+// the model has one (labels as typed; the tokens it embeds in the tokenizer's spelling), by words otherwise.
 
-import { attentionWeights, saturationAt, softmaxStats, stepViews, Tensor, tokenize, traceStack } from 'qkv';
+import {
+  attentionWeights,
+  saturationAt,
+  softmaxStats,
+  stepViews,
+  Tensor,
+  type Tokenizer,
+  tokenize,
+  traceStack,
+  UnknownTokenError,
+} from 'qkv';
 import { loadStack, useTrainedCheckpoint } from './model-source.js';
 import {
   type ErrorResult,
@@ -19,26 +30,46 @@ interface WorkerScope {
 }
 const scope = self as unknown as WorkerScope;
 
+/** The tokens a person may type, for the vocabulary list under the input: every token but the specials. */
+function wordsOf(tokenizer: Tokenizer): string[] {
+  const special = new Set(Object.values(tokenizer.specials));
+  return Array.from({ length: tokenizer.vocabSize }, (_, id) => id)
+    .filter((id) => !special.has(id))
+    .map((id) => tokenizer.idToToken(id));
+}
+
 async function trace(req: TraceRequest): Promise<TraceResult | ErrorResult> {
   const t0 = performance.now();
-  const all = tokenize(req.text);
-  const tokens = all.slice(0, MAX_TOKENS);
-  const { stack, source, notice } = await loadStack(req.config);
-  if (tokens.length === 0)
-    return { kind: 'error', id: req.id, message: 'Type a sentence: there are no tokens yet.', tokens };
-  if (stack.vocab) {
-    const known = new Set(stack.vocab);
-    const unknown = [...new Set(tokens.filter((t) => !known.has(t) && !known.has(t.toLowerCase())))];
-    if (unknown.length > 0) {
+  const { stack, tokenizer, source, notice } = await loadStack(req.config);
+  const all = tokenizer ? tokenizer.tokenize(req.text) : tokenize(req.text);
+  /** The chips and heatmap labels (as typed), and the tokens the stack embeds. */
+  const labels = all.slice(0, MAX_TOKENS);
+  let tokens = labels;
+  if (labels.length === 0)
+    return {
+      kind: 'error',
+      id: req.id,
+      message: 'Type a sentence: there are no tokens yet.',
+      tokens: labels,
+    };
+  if (tokenizer) {
+    let ids: Int32Array;
+    try {
+      ids = tokenizer.encode(req.text);
+    } catch (err) {
+      if (!(err instanceof UnknownTokenError)) throw err;
       return {
         kind: 'error',
         id: req.id,
-        message: `The trained checkpoint knows ${stack.vocab.length} words, not ${unknown.map((t) => `“${t}”`).join(', ')}. Use its words (listed below) or switch Weights to seeded.`,
-        tokens,
-        unknown,
-        vocab: [...stack.vocab],
+        message: `The trained checkpoint knows ${tokenizer.vocabSize} words, not ${err.tokens.map((t) => `“${t}”`).join(', ')}. Use its words (listed below) or switch Weights to seeded.`,
+        tokens: labels,
+        unknown: err.tokens,
+        vocab: wordsOf(tokenizer),
       };
     }
+    if (ids.length !== all.length)
+      throw new Error(`the tokenizer gave ${ids.length} ids but ${all.length} labels for the same text`);
+    tokens = Array.from(ids.subarray(0, labels.length), (id) => tokenizer.idToToken(id));
   }
   const { causal, scaled, tieQK, blockedQuery } = req.switches;
   const blocked = blockedQuery < tokens.length ? blockedQuery : -1;
@@ -68,8 +99,8 @@ async function trace(req: TraceRequest): Promise<TraceResult | ErrorResult> {
   return {
     kind: 'trace',
     id: req.id,
-    tokens,
-    dropped: all.length - tokens.length,
+    tokens: labels,
+    dropped: all.length - labels.length,
     description: stack.description,
     config: req.config,
     model: {
@@ -78,13 +109,13 @@ async function trace(req: TraceRequest): Promise<TraceResult | ErrorResult> {
       dK: stack.dK,
       heads: stack.heads,
       layers: stack.layers.length,
-      ...(stack.vocab ? { vocab: [...stack.vocab] } : {}),
+      ...(tokenizer ? { vocab: wordsOf(tokenizer) } : {}),
     },
     notice,
     switches: { ...req.switches, blockedQuery: blocked },
     focus,
     weights: result.weights.map((w) => w.data),
-    steps: stepViews(s, tokens),
+    steps: stepViews(s, labels),
     stats: softmaxStats(s.weights.data, L),
     statsOtherScaling: softmaxStats(other.data, L),
     asymmetry,

@@ -1,0 +1,105 @@
+// BlockOps over plain float32 Tensors: the block forward for inference (MultiHeadAttention, the playground's
+// trace), with no tape and nothing saved for a backward. One decision to know: each op computes exactly
+// what its autograd twin computes (float64 sums, the same order), so a Tensor forward and a Var forward
+// of the same weights agree bit for bit (test/block.test.ts) — the trace shows what training computed.
+
+import { planAttention } from '../attention/plan.js';
+import { runKernel } from '../attention/sdpa.js';
+import { linear as gemm, swapMiddle } from '../kernels/matmul.js';
+import type { Generator } from '../random.js';
+import { sizeOf } from '../shape.js';
+import { Tensor } from '../tensor.js';
+import type { BlockOps } from './block.js';
+
+const GELU_C = Math.sqrt(2 / Math.PI);
+
+/** How many rows of `width` a tensor holds (its leading axes flattened). */
+function rows(x: Tensor, width: number): number {
+  return width === 0 ? 0 : x.size / width;
+}
+
+/** The block forward's ops on Tensors ([..., D] for the row-wise ops; [B, L, H·E] for attention). */
+export const tensorOps: BlockOps<Tensor> = {
+  linear(x, weight, bias) {
+    const [M, K] = weight.shape;
+    const y = gemm(x.data, rows(x, K), K, weight.data, 0, M, bias?.data);
+    return new Tensor(y, [...x.shape.slice(0, -1), M]);
+  },
+
+  layerNorm(x, weight, bias) {
+    const D = x.shape[x.rank - 1];
+    const X = x.data;
+    const w = weight.data;
+    const b = bias.data;
+    const y = new Float32Array(x.size);
+    for (let o = 0; o < x.size; o += D) {
+      let mean = 0;
+      for (let d = 0; d < D; d++) mean += X[o + d];
+      mean /= D;
+      let v = 0;
+      for (let d = 0; d < D; d++) v += (X[o + d] - mean) ** 2;
+      const r = 1 / Math.sqrt(v / D + 1e-5);
+      for (let d = 0; d < D; d++) y[o + d] = (X[o + d] - mean) * r * w[d] + b[d];
+    }
+    return new Tensor(y, x.shape);
+  },
+
+  gelu(x) {
+    const y = new Float32Array(x.size);
+    for (let i = 0; i < x.size; i++) {
+      const v = x.data[i];
+      y[i] = 0.5 * v * (1 + Math.tanh(GELU_C * (v + 0.044715 * v * v * v)));
+    }
+    return new Tensor(y, x.shape);
+  },
+
+  add(a, b) {
+    const y = new Float32Array(a.size);
+    const nb = b.size;
+    for (let i = 0; i < a.size; i++) y[i] = a.data[i] + b.data[i % nb];
+    return new Tensor(y, a.shape);
+  },
+
+  splitLast(x, widths) {
+    const W = x.shape[x.rank - 1];
+    const N = rows(x, W);
+    let start = 0;
+    return widths.map((w) => {
+      const y = new Float32Array(N * w);
+      for (let n = 0; n < N; n++) y.set(x.data.subarray(n * W + start, n * W + start + w), n * w);
+      start += w;
+      return new Tensor(y, [...x.shape.slice(0, -1), w]);
+    });
+  },
+
+  attention(q, k, v, options) {
+    const { numHeads: H, numKvHeads: Hkv = H, needWeights = false, caller = 'attention', ...sdpa } = options;
+    const [B, L, QW] = q.shape;
+    const S = k.shape[1];
+    const E = QW / H;
+    const Ek = k.shape[2] / Hkv;
+    const Ev = v.shape[2] / Hkv;
+    // Split heads: [B, L, H, E] → [B, H, L, E].
+    const qh = new Tensor(swapMiddle(q.data, B, L, H, E), [B, H, L, E]);
+    const kh = new Tensor(swapMiddle(k.data, B, S, Hkv, Ek), [B, Hkv, S, Ek]);
+    const vh = new Tensor(swapMiddle(v.data, B, S, Hkv, Ev), [B, Hkv, S, Ev]);
+    const plan = planAttention(caller, qh, kh, vh, sdpa);
+    const out = new Float32Array(B * H * L * Ev);
+    const weights = needWeights ? new Float32Array(sizeOf(plan.weightsShape)) : undefined;
+    runKernel(caller, plan, { out, weights });
+    // Merge heads: [B, H, L, Ev] → [B, L, H·Ev].
+    return {
+      out: new Tensor(swapMiddle(out, B, H, L, Ev), [B, L, H * Ev]),
+      weights: weights && new Tensor(weights, [B, H, L, S]),
+    };
+  },
+
+  dropout(x, p, generator: Generator) {
+    if (!(p >= 0 && p < 1)) throw new RangeError(`dropout: p must be in [0, 1), got ${p}`);
+    if (p === 0) return x;
+    const keep = 1 / (1 - p);
+    const y = new Float32Array(x.size);
+    for (let i = 0; i < x.size; i++) y[i] = x.data[i] * (generator.random() < p ? 0 : keep); // as the autograd's
+    return new Tensor(y, x.shape);
+  },
+};

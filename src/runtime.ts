@@ -1,0 +1,313 @@
+// A runtime: the worker threads qkv computes on, as an object (`createRuntime`) rather than state set when
+// a module is imported. It owns a pool of workers, the shared buffers jobs travel in and the "runs on one
+// thread" warning, and runs attention's forward (row blocks) and backward (key/value heads) as tasks.
+// One decision to know: each entry exports functions bound to its own default runtime (Web Workers from
+// the main entry, worker_threads from the Node one) and importing either does nothing, so package.json's
+// "sideEffects": false is true and a bundler cannot drop a platform installation behind our back.
+
+import {
+  type AttentionBackwardOptions,
+  type AttentionGradients,
+  planBackward,
+} from './attention/backward.js';
+import {
+  type AnyResultOptions,
+  type AttentionInput,
+  type AttentionOptions,
+  type AttentionPlan,
+  type HalfResultOptions,
+  planAttention,
+} from './attention/plan.js';
+import { result, runKernel } from './attention/sdpa.js';
+import { chooseBackward, chooseKernel, fallbackFor, registeredKernels } from './kernels/registry.js';
+import { BufferLayout, type Packed, readBack } from './kernels/transfer.js';
+import { type AttentionOutputs, backwardAll, problemFor } from './kernels/types.js';
+import { checkOptionNames, formatValue, sizeOf } from './shape.js';
+import { type DType, Tensor, type TensorLike } from './tensor.js';
+import { browserPlatform } from './threads/browser.js';
+import type { Platform } from './threads/pool.js';
+import { HEADER_BYTES, type JobArgs } from './threads/protocol.js';
+import { ThreadRunner } from './threads/runner.js';
+
+export type { Platform as ThreadPlatform, PoolWorker as ThreadWorker } from './threads/pool.js';
+
+/** Options of scaledDotProductAttentionAsync: those of scaledDotProductAttention, plus `threads`. */
+export interface AsyncAttentionOptions extends AttentionOptions {
+  /**
+   * Worker threads to use; default the runtime's `threads`, else all cores. Capped at the core count
+   * (`os.availableParallelism()` in Node, `navigator.hardwareConcurrency` in browsers): more workers than
+   * cores only cost memory (each is a JS heap and a WASM instance, ~10 MB).
+   */
+  threads?: number;
+}
+
+/** Options of attentionBackwardAsync: those of attentionBackward, plus `threads`. */
+export interface AsyncBackwardOptions extends AttentionBackwardOptions {
+  /** Worker threads to use, as in AsyncAttentionOptions. */
+  threads?: number;
+}
+
+/**
+ * `scaledDotProductAttention` on worker threads: same arguments, semantics and result, as a Promise.
+ * Rejects with the worker's original message if a kernel fails inside a worker.
+ *
+ * @example
+ * const out = await scaledDotProductAttentionAsync(q, k, v, { causal: true, threads: 2 });
+ */
+export interface ScaledDotProductAttentionAsync {
+  (q: AttentionInput, k: AttentionInput, v: AttentionInput, options?: AsyncAttentionOptions): Promise<Tensor>;
+  (
+    q: AttentionInput,
+    k: AttentionInput,
+    v: AttentionInput,
+    options: HalfResultOptions<AsyncAttentionOptions>,
+  ): Promise<Tensor<'float16'>>;
+  (
+    q: AttentionInput,
+    k: AttentionInput,
+    v: AttentionInput,
+    options: AnyResultOptions<AsyncAttentionOptions>,
+  ): Promise<Tensor<DType>>;
+}
+
+/**
+ * `attentionBackward` on worker threads: the forward's row blocks, then one task per key/value head
+ * (each writes dk, dv of its head and dq of the query heads that share it); the same gradients.
+ */
+export type AttentionBackwardAsync = (
+  q: AttentionInput,
+  k: AttentionInput,
+  v: AttentionInput,
+  dOut: TensorLike,
+  options?: AsyncBackwardOptions,
+) => Promise<AttentionGradients>;
+
+/** Options of createRuntime. */
+export interface RuntimeOptions {
+  /**
+   * How workers are made: the entry's own by default (Web Workers from `qkv` in a browser,
+   * worker_threads from `qkv` in Node); any object with `createWorker`, `cores` and
+   * `sharedMemoryUnavailable` (`defaultRuntime.platform` is the entry's).
+   */
+  platform?: Platform;
+  /** Threads a call uses when it does not say; default all cores (never more than the cores). */
+  threads?: number;
+  /** Milliseconds a worker may sit idle before it exits; default 30 000. */
+  idleMs?: number;
+}
+
+/** Worker threads and what runs on them; calls on one runtime share its workers and buffers. */
+export interface Runtime {
+  /** How this runtime makes workers. */
+  readonly platform: Platform;
+  /** Threads a call uses when it does not say (undefined: all cores). */
+  readonly threads: number | undefined;
+  /** Milliseconds a worker may sit idle before it exits (settable; the next call starts new ones). */
+  idleMs: number;
+  /** Workers alive now. */
+  readonly workers: number;
+  readonly scaledDotProductAttentionAsync: ScaledDotProductAttentionAsync;
+  readonly attentionBackwardAsync: AttentionBackwardAsync;
+  /** Stops the workers (calls in flight reject) and frees the kept buffers; the next call starts new ones. */
+  readonly terminateWorkers: () => void;
+}
+
+const RUNTIME_OPTIONS = ['platform', 'threads', 'idleMs'] as const;
+
+/**
+ * A runtime of its own: its own workers, shared buffers and defaults. Nothing starts until a call needs
+ * workers; idle workers exit after `idleMs` and never keep Node alive.
+ *
+ * @example
+ * const runtime = createRuntime({ threads: 2 });
+ * const out = await runtime.scaledDotProductAttentionAsync(q, k, v, { causal: true });
+ * runtime.terminateWorkers();
+ */
+export function createRuntime(options: RuntimeOptions = {}): Runtime {
+  const fn = 'createRuntime';
+  checkOptionNames(fn, options, RUNTIME_OPTIONS);
+  const platform = options.platform ?? browserPlatform;
+  for (const method of ['createWorker', 'cores', 'sharedMemoryUnavailable'] as const) {
+    if (typeof (platform as Partial<Platform> | null)?.[method] !== 'function') {
+      throw new TypeError(`${fn}: platform must have a ${method}() method, got ${formatValue(platform)}`);
+    }
+  }
+  if (options.threads !== undefined) checkThreads(fn, options.threads);
+  if (options.idleMs !== undefined) checkIdle(fn, options.idleMs);
+  const runner = new ThreadRunner(platform, options.idleMs);
+  const threads = options.threads;
+  return {
+    platform,
+    threads,
+    get idleMs() {
+      return runner.idleMs;
+    },
+    set idleMs(ms: number) {
+      checkIdle('idleMs', ms);
+      runner.idleMs = ms;
+    },
+    get workers() {
+      return runner.workers;
+    },
+    scaledDotProductAttentionAsync: ((q, k, v, options = {}) =>
+      attentionAsync(runner, threads, q, k, v, options)) as ScaledDotProductAttentionAsync,
+    attentionBackwardAsync: (q, k, v, dOut, options = {}) =>
+      backwardAsync(runner, threads, q, k, v, dOut, options),
+    terminateWorkers: () => runner.terminate(),
+  };
+}
+
+/** Below this much work (4·B·Hq·L·S·max(E, Ev) flops) a call runs inline: a round trip costs more. */
+const INLINE_FLOPS = 1 << 22;
+
+function checkThreads(fn: string, threads: unknown): void {
+  if (typeof threads !== 'number' || !Number.isSafeInteger(threads) || threads < 1) {
+    throw new RangeError(`${fn}: threads must be a positive integer, got ${formatValue(threads)}`);
+  }
+}
+
+function checkIdle(fn: string, ms: unknown): void {
+  if (typeof ms !== 'number' || !(ms >= 0))
+    throw new RangeError(`${fn}: idleMs must be ≥ 0, got ${formatValue(ms)}`);
+}
+
+/** Threads for a call of `flops` work split in at most `tasks` tasks; 0 means run it on this thread. */
+function threadsFor(
+  runner: ThreadRunner,
+  fn: string,
+  requested: number | undefined,
+  flops: number,
+  tasks: number,
+) {
+  if (runner.unavailable(fn) || flops < INLINE_FLOPS) return 0;
+  const cores = runner.cores();
+  return Math.min(requested ?? cores, cores, tasks);
+}
+
+/**
+ * Any forward call (out, weights and lse, whichever `outputs` holds) on the runtime's workers: tasks of
+ * up to one head's query rows, or inline when the call is small or workers cannot run here.
+ */
+async function forwardOnThreads(
+  runner: ThreadRunner,
+  fn: string,
+  plan: AttentionPlan,
+  outputs: AttentionOutputs,
+  requested: number | undefined,
+): Promise<void> {
+  const p = plan.problem;
+  const flops = 4 * p.B * p.Hq * p.L * p.S * Math.max(p.E, p.Ev);
+  const threads = threadsFor(runner, fn, requested, flops, p.B * p.Hq * Math.ceil(p.L / 32));
+  if (threads < 1) {
+    runKernel(fn, plan, outputs);
+    return;
+  }
+  const kernel = chooseKernel(fn, plan.kernel, p, outputs);
+  const fallback = fallbackFor(plan.kernel, kernel, p, outputs);
+  // Float16 inputs cross as halves to a kernel that reads them. For one that does not, they are widened
+  // once here rather than in every worker, whose heap would keep its copy until it collects garbage.
+  const problem = problemFor(kernel, p);
+  // Rows per task: at least 4 tasks per thread for balance, multiples of 32 rows, at most one head.
+  const rowsPerTask = Math.min(p.L, Math.max(32, Math.ceil((p.B * p.Hq * p.L) / (threads * 4) / 32) * 32));
+  const tasks = p.B * p.Hq * Math.ceil(p.L / rowsPerTask);
+  const layout = new BufferLayout(HEADER_BYTES);
+  const args = {
+    problem: layout.place(problem, 'copy', 'problem'),
+    outputs: layout.place(outputs, 'zero', 'outputs'),
+    rowsPerTask,
+  };
+  const job = {
+    op: 'attention.forward',
+    kernel: kernel.name,
+    fallback: fallback?.name,
+    tasks,
+    args,
+  } as const;
+  try {
+    await runner.run(layout, job, Math.min(threads, tasks), (buffer) =>
+      readBack(outputs, args.outputs, buffer),
+    );
+  } catch (err) {
+    throw new Error(`${fn}: ${(err as Error).message}`);
+  }
+}
+
+async function attentionAsync(
+  runner: ThreadRunner,
+  defaultThreads: number | undefined,
+  q: AttentionInput,
+  k: AttentionInput,
+  v: AttentionInput,
+  options: AnyResultOptions<AsyncAttentionOptions>,
+): Promise<Tensor<DType>> {
+  const fn = 'scaledDotProductAttentionAsync';
+  const { threads = defaultThreads, ...attention } = options;
+  if (threads !== undefined) checkThreads(fn, threads);
+  const plan = planAttention(fn, q, k, v, attention);
+  const out = new Float32Array(sizeOf(plan.outShape));
+  await forwardOnThreads(runner, fn, plan, { out }, threads);
+  return result(out, plan);
+}
+
+async function backwardAsync(
+  runner: ThreadRunner,
+  defaultThreads: number | undefined,
+  q: AttentionInput,
+  k: AttentionInput,
+  v: AttentionInput,
+  dOut: TensorLike,
+  options: AsyncBackwardOptions,
+): Promise<AttentionGradients> {
+  const fn = 'attentionBackwardAsync';
+  const { threads = defaultThreads, ...attention } = options;
+  if (threads !== undefined) checkThreads(fn, threads);
+  const { plan, problem, inputs, grads, shapes } = planBackward(fn, q, k, v, dOut, attention);
+  if (plan.kernel !== 'reference') {
+    // The forward's output and float64 log-sum-exp, as attentionBackward computes them, on the workers.
+    inputs.out = new Float32Array(sizeOf(plan.outShape));
+    inputs.lse = new Float64Array(problem.B * problem.Hq * problem.L);
+    const outputs = { out: inputs.out, lse: inputs.lse };
+    await forwardOnThreads(runner, fn, { ...plan, problem, dtype: 'float32' }, outputs, threads);
+  }
+  const backward = chooseBackward(fn, plan.kernel, problem, inputs);
+  const { B, Hq, Hkv, L, S, E, Ev } = problem;
+  // The backward does about 2.5 forwards' work, in B·Hkv tasks.
+  const workers = threadsFor(runner, fn, threads, 10 * B * Hq * L * S * Math.max(E, Ev), B * Hkv);
+  if (workers < 1) {
+    backwardAll(backward, problem, inputs, grads);
+  } else {
+    const kernel = registeredKernels().find((x) => x.backward === backward);
+    if (!kernel) throw new Error(`${fn}: the chosen backward pass belongs to no registered kernel`);
+    const n = runner.getPool().workersFor(workers);
+    const { dbias, ...dense } = grads;
+    const layout = new BufferLayout(HEADER_BYTES);
+    const args: Packed<JobArgs['attention.backward']> = {
+      problem: layout.place(problem, 'copy', 'problem'),
+      inputs: layout.place(inputs, 'copy', 'inputs'),
+      grads: layout.place(dense, 'zero', 'grads'),
+      dbiasParts: dbias && layout.reserve('Float64Array', n * dbias.length),
+    };
+    const job = { op: 'attention.backward', kernel: kernel.name, tasks: B * Hkv, args } as const;
+    try {
+      await runner.run(layout, job, n, (buffer) => {
+        readBack(dense, args.grads, buffer);
+        const parts = args.dbiasParts;
+        if (!dbias || !parts) return;
+        // Each worker's float64 partial sums, added in float64 like backwardAll, then stored once.
+        const rows = new Float64Array(buffer, parts.offset, parts.length);
+        const m = dbias.length;
+        for (let w = 1; w < n; w++) for (let i = 0; i < m; i++) rows[i] += rows[w * m + i];
+        dbias.set(rows.subarray(0, m));
+      });
+    } catch (err) {
+      throw new Error(`${fn}: ${(err as Error).message}`);
+    }
+  }
+  const [qShape, kShape, vShape, biasShape] = shapes;
+  return {
+    dq: new Tensor(grads.dq as Float32Array, qShape),
+    dk: new Tensor(grads.dk as Float32Array, kShape),
+    dv: new Tensor(grads.dv as Float32Array, vShape),
+    ...(biasShape && grads.dbias ? { dbias: new Tensor(grads.dbias as Float32Array, biasShape) } : {}),
+  };
+}

@@ -1,0 +1,94 @@
+// What a runtime owns for its threads: the platform, the worker pool (made on first use), the bounded
+// shared buffers and the "runs on one thread" warning said once. `run` is the same for every operation:
+// take a buffer, write the planned arguments into it, hand the job to the workers, let the caller read
+// the results, give the buffer back.
+
+import type { BufferLayout } from '../kernels/transfer.js';
+import { SharedBuffers } from './buffers.js';
+import { DEFAULT_IDLE_MS, type Platform, Pool } from './pool.js';
+import { HEADER, type Job } from './protocol.js';
+
+export class ThreadRunner {
+  private pool: Pool | undefined;
+  private readonly buffers = new SharedBuffers();
+  private warned = false;
+  private idle: number;
+
+  constructor(
+    readonly platform: Platform,
+    idleMs = DEFAULT_IDLE_MS,
+  ) {
+    this.idle = idleMs;
+  }
+
+  /** Milliseconds a worker may sit idle before it is terminated. */
+  get idleMs(): number {
+    return this.idle;
+  }
+
+  set idleMs(ms: number) {
+    this.idle = ms;
+    if (this.pool) this.pool.idleMs = ms;
+  }
+
+  /** Workers alive now. */
+  get workers(): number {
+    return this.pool?.size ?? 0;
+  }
+
+  /** The platform's cores (at least 1): no call uses more workers. */
+  cores(): number {
+    return Math.max(1, Math.floor(this.platform.cores()) || 1);
+  }
+
+  /** '' when workers can run; otherwise why not, which `fn` says once on the console. */
+  unavailable(fn: string): string {
+    const reason = this.platform.sharedMemoryUnavailable();
+    if (reason && !this.warned) {
+      this.warned = true;
+      console.warn(`qkv: ${fn} runs on one thread: ${reason}`);
+    }
+    return reason;
+  }
+
+  /** The pool, made on first use (its last worker's idle exit drops the kept buffers). */
+  getPool(): Pool {
+    this.pool ??= new Pool(this.platform, { idleMs: this.idle, onEmpty: () => this.buffers.clear() });
+    return this.pool;
+  }
+
+  /**
+   * Runs `job`'s tasks on `workers` workers over a buffer laid out by `layout` (HEADER_BYTES first);
+   * `collect` reads the results out of the buffer before it goes back for reuse. Rejects with the first
+   * worker error's message and stops the other workers' remaining tasks.
+   */
+  async run(
+    layout: BufferLayout,
+    job: Omit<Job, 'buffer'>,
+    workers: number,
+    collect: (buffer: SharedArrayBuffer) => void,
+  ): Promise<void> {
+    const buffer = await this.buffers.take(layout.byteLength);
+    const header = new Int32Array(buffer, 0, 3);
+    header.fill(0);
+    layout.write(buffer);
+    try {
+      await this.getPool().run({ ...job, buffer } as Job, workers);
+    } catch (err) {
+      Atomics.store(header, HEADER.cancelled, 1);
+      this.buffers.release(undefined); // not reused: workers may still write to it
+      throw err;
+    }
+    try {
+      collect(buffer);
+    } finally {
+      this.buffers.release(buffer);
+    }
+  }
+
+  /** Stops the workers (calls in flight reject) and frees the kept buffers. */
+  terminate(): void {
+    this.pool?.terminate();
+    this.buffers.clear();
+  }
+}
