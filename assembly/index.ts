@@ -2,3 +2,4 @@
 // instance and one memory (src/kernels/wasm-runtime.ts). Each op's file exports its own entry points.
 
 export * from './attention';
+export * from './gemm';

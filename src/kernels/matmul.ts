@@ -1,10 +1,14 @@
 // Dense products: the one entry point for every matrix product around attention. MultiHeadAttention, the
 // block forward (TinyTransformer, the playground's trace) and the autograd's `linear` (forward and both
-// backward products) all call these three functions, so a faster GEMM (issue 10) plugs in here, once.
-// One decision to know: accumulation is in float64 (a JS number), so results match PyTorch's float64
-// goldens to float32 rounding; outputs keep their input's float type (float64 in gradient checks).
+// backward products) all call these functions, which hand float32 work to the GEMM (gemm.ts: the WASM
+// SIMD kernel where it runs). One decision to know: float32 operands get float32 accumulation (as
+// PyTorch's float32 Linear); float64 operands (gradient checks) keep the exact float64 loops below.
 
+import { gemm } from './gemm.js';
 import type { Floats } from './types.js';
+
+const isF32 = (...xs: (Floats | undefined)[]) =>
+  xs.every((x) => x === undefined || x instanceof Float32Array);
 
 /**
  * y[N, M] = x[N, K] · W[M, K]ᵀ (+ b[M]): PyTorch's Linear layout. `wRow` is the first row of W to use,
@@ -21,6 +25,11 @@ export function linear<T extends Floats>(
   bOffset = 0,
 ): T {
   const y = (x instanceof Float64Array ? new Float64Array(N * M) : new Float32Array(N * M)) as T;
+  if (isF32(x, W, b)) {
+    const w = W.subarray(wRow * K, (wRow + M) * K);
+    const bias = b?.subarray(bOffset, bOffset + M);
+    return gemm({ M: N, N: M, K, a: x, b: w, transA: false, transB: true, bias, precision: 'float32' }, y);
+  }
   for (let n = 0; n < N; n++) {
     const xBase = n * K;
     for (let m = 0; m < M; m++) {
@@ -33,11 +42,15 @@ export function linear<T extends Floats>(
   return y;
 }
 
-/**
- * dx[N, K] += dy[N, M] · W[M, K]: the input gradient of `linear`. Each row is summed in float64 and added
- * to dx once, so a float32 dx is rounded once per call.
- */
+/** dx[N, K] += dy[N, M] · W[M, K]: the input gradient of `linear`. */
 export function linearGradInput(dy: Floats, N: number, M: number, W: Floats, K: number, dx: Floats): void {
+  if (isF32(dy, W, dx)) {
+    gemm(
+      { M: N, N: K, K: M, a: dy, b: W, transA: false, transB: false, accumulate: true, precision: 'float32' },
+      dx,
+    );
+    return;
+  }
   const row = new Float64Array(K);
   for (let n = 0; n < N; n++) {
     row.fill(0);
@@ -52,12 +65,16 @@ export function linearGradInput(dy: Floats, N: number, M: number, W: Floats, K: 
   }
 }
 
-/**
- * dW[M, K] += dy[N, M]ᵀ · x[N, K]: the weight gradient of `linear`, one row of x after another, each
- * added in dW's own float type (a GEMM that sums in float64 first rounds differently, so trains slightly
- * differently: a choice for the GEMM that replaces this loop, not a bug of either).
- */
+/** dW[M, K] += dy[N, M]ᵀ · x[N, K]: the weight gradient of `linear`. */
 export function linearGradWeight(dy: Floats, N: number, M: number, x: Floats, K: number, dW: Floats): void {
+  if (isF32(dy, x, dW)) {
+    // dW [M, K] = dyᵀ·x: dy [N, M] is read transposed, the sum runs over the N rows.
+    gemm(
+      { M, N: K, K: N, a: dy, b: x, transA: true, transB: false, accumulate: true, precision: 'float32' },
+      dW,
+    );
+    return;
+  }
   for (let n = 0; n < N; n++) {
     const xBase = n * K;
     for (let m = 0; m < M; m++) {
@@ -71,18 +88,10 @@ export function linearGradWeight(dy: Floats, N: number, M: number, x: Floats, K:
 
 /** c[N, M] = a[N, K] · b[K, M]: the article's x·W layout (SelfAttention). */
 export function matmul(a: Float32Array, N: number, K: number, b: Float32Array, M: number): Float32Array {
-  const c = new Float32Array(N * M);
-  const acc = new Float64Array(M);
-  for (let n = 0; n < N; n++) {
-    acc.fill(0);
-    for (let k = 0; k < K; k++) {
-      const aik = a[n * K + k];
-      const bBase = k * M;
-      for (let m = 0; m < M; m++) acc[m] += aik * b[bBase + m];
-    }
-    c.set(acc, n * M);
-  }
-  return c;
+  return gemm(
+    { M: N, N: M, K, a, b, transA: false, transB: false, precision: 'float32' },
+    new Float32Array(N * M),
+  );
 }
 
 /**

@@ -1,0 +1,304 @@
+// GEMM bench (issue 10): GFLOP/s per thread of qkv's WASM GEMM against the JS loops it replaced in `linear`
+// and tfjs-wasm's matMul, on the MHA projection and the training model's MLP shapes, forward and backward.
+// One decision to know: the machine is shared, so every row is checked first, then the implementations
+// are timed round-robin (interleaved) and medians reported, by wall clock and by this process's CPU time;
+// the relaxed-SIMD (FMA) rows run in a child process started with Node 20's flag.
+//
+//   npm run build && npx tsc -p bench/tsconfig.json && node bench/dist/gemm.js [--rounds 15] [--quick]
+
+import { spawnSync } from 'node:child_process';
+import { loadavg } from 'node:os';
+import { fileURLToPath } from 'node:url';
+import { RELAXED_SIMD_FLAG } from './jobs.js';
+
+type GemmModule = typeof import('../dist/kernels/gemm.js');
+type GemmProblem = import('../dist/kernels/gemm.js').GemmProblem;
+type Floats = Float32Array | Float64Array;
+type Run = () => void;
+
+const lib = (path: string) => new URL(`../../dist/${path}`, import.meta.url).href; // from bench/dist/
+const { gemm, referenceGemmKernel, geluTanh } = (await import(lib('kernels/gemm.js'))) as GemmModule;
+const runtime = (await import(lib('kernels/wasm-runtime.js'))) as { wasmVariant?: string }; // a live binding
+
+interface Shape {
+  name: string;
+  M: number;
+  N: number;
+  K: number;
+  transA?: boolean;
+  transB?: boolean;
+  bias?: boolean;
+  accumulate?: boolean;
+  gelu?: boolean;
+}
+
+// x [1024, 512]·Wᵀ: MultiHeadAttention's projections (embedDim 512); [2048, 128]×[512, 128]ᵀ: the T1 model's
+// MLP (16 × 128 tokens, d_model 128, MLP 512); each with its backward products (dX += dY·W, dW += dYᵀ·X:
+// the autograd accumulates both into gradient buffers).
+const SHAPES: Shape[] = [
+  { name: 'MHA proj  y = x·Wᵀ + b', M: 1024, N: 512, K: 512, transB: true, bias: true },
+  { name: 'MHA proj  dX += dY·W', M: 1024, N: 512, K: 512, accumulate: true },
+  { name: 'MHA proj  dW += dYᵀ·X', M: 512, N: 512, K: 1024, transA: true, accumulate: true },
+  { name: 'MLP up    y = x·Wᵀ + b', M: 2048, N: 512, K: 128, transB: true, bias: true },
+  { name: 'MLP up    GELU(x·Wᵀ + b)', M: 2048, N: 512, K: 128, transB: true, bias: true, gelu: true },
+  { name: 'MLP down  y = x·Wᵀ + b', M: 2048, N: 128, K: 512, transB: true, bias: true },
+  { name: 'MLP up    dX += dY·W', M: 2048, N: 128, K: 512, accumulate: true },
+  { name: 'MLP up    dW += dYᵀ·X', M: 512, N: 128, K: 2048, transA: true, accumulate: true },
+];
+
+function random(n: number, seed: number): Float32Array {
+  const x = new Float32Array(n);
+  let s = seed >>> 0;
+  for (let i = 0; i < n; i++) {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    x[i] = s / 2 ** 32 - 0.5;
+  }
+  return x;
+}
+
+function problemOf(s: Shape, seed: number): GemmProblem {
+  return {
+    M: s.M,
+    N: s.N,
+    K: s.K,
+    a: random(s.M * s.K, seed),
+    b: random(s.K * s.N, seed + 1),
+    transA: !!s.transA,
+    transB: !!s.transB,
+    bias: s.bias ? random(s.N, seed + 2) : undefined,
+    accumulate: s.accumulate,
+    gelu: s.gelu,
+    precision: 'float32',
+  };
+}
+
+/** Float32 error bound per element on 16 sampled rows (γ_{K+3}·Σ|terms|, as test/gemm.test.ts). */
+function check(p: GemmProblem, c0: Float32Array, got: Float32Array): string | undefined {
+  const abs = (x?: Float32Array | Float64Array) => x?.map(Math.abs);
+  for (let r = 0; r < 16; r++) {
+    const m = Math.floor((r * (p.M - 1)) / 15);
+    const want = Float64Array.from(c0);
+    referenceGemmKernel.rows(p, want, m, m + 1);
+    const mag = Float64Array.from(c0, Math.abs);
+    if (!p.accumulate) mag.fill(0);
+    const absProblem = { ...p, a: abs(p.a)!, b: abs(p.b)!, bias: abs(p.bias), gelu: false, accumulate: true };
+    referenceGemmKernel.rows(absProblem, mag, m, m + 1);
+    const u = 2 ** -24;
+    for (let j = 0; j < p.N; j++) {
+      const i = m * p.N + j;
+      const tol = ((p.K + 3) * u * mag[i]) / (1 - (p.K + 3) * u) + (p.gelu ? 1e-5 * Math.abs(want[i]) : 0);
+      if (!(Math.abs(got[i] - want[i]) <= 1.13 * tol + 1e-30))
+        return `row ${m}, col ${j}: ${got[i]} vs ${want[i]}`;
+    }
+  }
+  return undefined;
+}
+
+interface Impl {
+  name: string;
+  /** Sets up (untimed) and returns one run writing into `c` (reset to c0 before each run). */
+  prepare(p: GemmProblem, c: Float32Array): Run | undefined;
+}
+
+const qkvWasm: Impl = { name: 'qkv wasm', prepare: (p, c) => () => gemm(p, c, 'wasm') };
+
+// The JS loops the GEMM replaces: src/kernels/matmul.ts's three products before it (float64 sums, llm.c's
+// matmul_forward), kept here so the baseline stays put now that matmul.ts calls the GEMM.
+function jsLinear(x: Floats, N: number, K: number, W: Floats, M: number, b?: Floats): Float32Array {
+  const y = new Float32Array(N * M); // y[N, M] = x[N, K]·W[M, K]ᵀ + b
+  for (let n = 0; n < N; n++) {
+    for (let m = 0; m < M; m++) {
+      let acc = b ? b[m] : 0;
+      for (let k = 0; k < K; k++) acc += x[n * K + k] * W[m * K + k];
+      y[n * M + m] = acc;
+    }
+  }
+  return y;
+}
+
+function jsGradInput(dy: Floats, N: number, M: number, W: Floats, K: number, dx: Floats): void {
+  const row = new Float64Array(K); // dx[N, K] += dy[N, M]·W[M, K], a row summed in float64
+  for (let n = 0; n < N; n++) {
+    row.fill(0);
+    for (let m = 0; m < M; m++) {
+      const g = dy[n * M + m];
+      for (let k = 0; k < K; k++) row[k] += g * W[m * K + k];
+    }
+    for (let k = 0; k < K; k++) dx[n * K + k] += row[k];
+  }
+}
+
+function jsGradWeight(dy: Floats, N: number, M: number, x: Floats, K: number, dW: Floats): void {
+  for (let n = 0; n < N; n++) {
+    for (let m = 0; m < M; m++) {
+      const g = dy[n * M + m]; // dW[M, K] += dy[N, M]ᵀ·x[N, K]
+      for (let k = 0; k < K; k++) dW[m * K + k] += g * x[n * K + k];
+    }
+  }
+}
+
+const jsLoops: Impl = {
+  name: 'JS loops',
+  prepare(p, c) {
+    if (!p.transA && p.transB) {
+      return () => {
+        const y = jsLinear(p.a, p.M, p.K, p.b, p.N, p.bias); // x [M, K]·W [N, K]ᵀ
+        if (p.gelu) for (let i = 0; i < y.length; i++) y[i] = geluTanh(y[i]); // the autograd's gelu loop
+        c.set(y);
+      };
+    }
+    if (!p.transA && !p.transB) return () => jsGradInput(p.a, p.M, p.K, p.b, p.N, c); // dY [M, K]·W [K, N]
+    if (p.transA && !p.transB) return () => jsGradWeight(p.a, p.K, p.M, p.b, p.N, c); // dY [K, M]ᵀ·X [K, N]
+    return undefined;
+  },
+};
+
+async function tfjsImpl(): Promise<Impl | undefined> {
+  try {
+    await import('@tensorflow/tfjs-backend-wasm');
+    const tf = await import('@tensorflow/tfjs-core');
+    await tf.setBackend('wasm');
+    await tf.ready();
+    return {
+      name: 'tfjs-wasm',
+      prepare(p, c) {
+        if (p.gelu) return undefined; // no GELU op in tfjs-core
+        // Its best layout: a weight transposed once, untimed ([K, N]), as its transposeB path is slow.
+        const [A, B] = [p.a as Float32Array, p.b as Float32Array];
+        const a = p.transA ? tf.tensor2d(A, [p.K, p.M]) : tf.tensor2d(A, [p.M, p.K]);
+        const b = p.transB
+          ? tf.tidy(() => tf.transpose(tf.tensor2d(B, [p.N, p.K])))
+          : tf.tensor2d(B, [p.K, p.N]);
+        const bias = p.bias && tf.tensor1d(p.bias as Float32Array);
+        return () => {
+          const y = tf.tidy(() => {
+            // Aᵀ transposed explicitly, inside the timed run: matMul's transposeA path runs at < 1 GFLOP/s.
+            let r = tf.matMul(p.transA ? tf.transpose(a) : a, b);
+            if (bias) r = tf.add(r, bias);
+            if (p.accumulate) r = tf.add(r, tf.tensor2d(c, [p.M, p.N]));
+            return r;
+          });
+          c.set(y.dataSync() as Float32Array);
+          y.dispose();
+        };
+      },
+    };
+  } catch {
+    return undefined;
+  }
+}
+
+const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)];
+
+interface Row {
+  shape: string;
+  impl: string;
+  wall: number; // GFLOP/s, median
+  cpu: number;
+  note?: string;
+}
+
+/** Checks every implementation on every shape, then times them round-robin. */
+function measure(impls: Impl[], rounds: number, shapes: Shape[]): Row[] {
+  const rows: Row[] = [];
+  for (const [n, s] of shapes.entries()) {
+    const p = problemOf(s, 10 * n + 1);
+    const flops = 2 * s.M * s.N * s.K;
+    const c0 = random(s.M * s.N, 10 * n + 5);
+    const live: { impl: Impl; run: Run; c: Float32Array; wall: number[]; cpu: number[]; reps: number }[] = [];
+    for (const impl of impls) {
+      const c = Float32Array.from(c0);
+      const run = impl.prepare(p, c);
+      if (!run) continue;
+      const t0 = performance.now();
+      run();
+      const first = performance.now() - t0;
+      const wrong = check(p, c0, c);
+      if (wrong) {
+        rows.push({
+          shape: s.name,
+          impl: impl.name,
+          wall: Number.NaN,
+          cpu: Number.NaN,
+          note: `wrong: ${wrong}`,
+        });
+        continue;
+      }
+      run(); // warm-up (JIT tiers)
+      live.push({
+        impl,
+        run,
+        c,
+        wall: [],
+        cpu: [],
+        reps: Math.max(1, Math.ceil(40 / Math.max(first, 0.01))),
+      });
+    }
+    for (let round = 0; round < rounds; round++) {
+      for (const x of live) {
+        const t0 = performance.now();
+        const u0 = process.cpuUsage();
+        for (let r = 0; r < x.reps; r++) {
+          x.c.set(c0);
+          x.run();
+        }
+        const u = process.cpuUsage(u0);
+        x.wall.push((performance.now() - t0) / x.reps);
+        x.cpu.push((u.user + u.system) / 1000 / x.reps);
+      }
+    }
+    for (const x of live) {
+      rows.push({
+        shape: s.name,
+        impl: x.impl.name,
+        wall: flops / median(x.wall) / 1e6,
+        cpu: flops / median(x.cpu) / 1e6,
+      });
+    }
+  }
+  return rows;
+}
+
+const args = process.argv.slice(2);
+const rounds = Number(args[args.indexOf('--rounds') + 1]) || (args.includes('--quick') ? 5 : 15);
+const shapes = args.includes('--quick') ? SHAPES.filter((_, i) => i % 3 === 0) : SHAPES;
+
+if (args.includes('--child-fma')) {
+  // The relaxed-SIMD build: only qkv's row, reported to the parent as JSON.
+  const rows = measure([{ ...qkvWasm, name: 'qkv wasm-fma' }], rounds, shapes);
+  console.log(JSON.stringify({ variant: runtime.wasmVariant, rows }));
+} else {
+  const load0 = loadavg()
+    .map((x) => x.toFixed(1))
+    .join(' ');
+  const tfjs = await tfjsImpl();
+  const rows = measure([qkvWasm, jsLoops, ...(tfjs ? [tfjs] : [])], rounds, shapes);
+  const self = fileURLToPath(import.meta.url);
+  const child = spawnSync(process.execPath, [RELAXED_SIMD_FLAG, self, '--child-fma', ...args], {
+    encoding: 'utf8',
+  });
+  const fma = child.status === 0 ? (JSON.parse(child.stdout) as { variant: string; rows: Row[] }) : undefined;
+  if (fma?.variant === 'relaxed-simd') rows.push(...fma.rows);
+  const load1 = loadavg()
+    .map((x) => x.toFixed(1))
+    .join(' ');
+  const impls = ['qkv wasm', 'qkv wasm-fma', 'JS loops', 'tfjs-wasm'];
+  console.log(
+    `GEMM, 1 thread, GFLOP/s (2·M·N·K / median time; wall clock | CPU time), ${rounds} interleaved rounds`,
+  );
+  console.log(
+    `qkv build ${runtime.wasmVariant}; FMA child: ${fma?.variant ?? child.stderr.trim()}; load ${load0} → ${load1}\n`,
+  );
+  console.log(`| shape | M×N×K | ${impls.join(' | ')} | qkv ÷ JS | qkv ÷ tfjs |`);
+  console.log(`| --- | --- |${impls.map(() => ' ---: |').join('')} ---: | ---: |`);
+  for (const s of shapes) {
+    const of = (impl: string) => rows.find((r) => r.shape === s.name && r.impl === impl);
+    const cell = (r?: Row) => (!r ? '—' : r.note ? r.note : `${r.wall.toFixed(1)} \\| ${r.cpu.toFixed(1)}`);
+    const ratio = (a?: Row, b?: Row) =>
+      a && b && !b.note && !a.note ? `${(a.wall / b.wall).toFixed(1)}×` : '—';
+    const dims = `${s.M}×${s.N}×${s.K}`;
+    console.log(
+      `| ${s.name} | ${dims} | ${impls.map((i) => cell(of(i))).join(' | ')} | ${ratio(of('qkv wasm'), of('JS loops'))} | ${ratio(of('qkv wasm'), of('tfjs-wasm'))} |`,
+    );
+  }
+}

@@ -1,0 +1,278 @@
+// The WASM SIMD GEMM: JS runs BLIS's three outer loops (N blocks, K blocks, M blocks) and the copies;
+// assembly/gemm.ts packs the blocks and runs the 4×8 register tiles, in this thread's one WASM instance.
+// One decision to know: memory is bounded whatever M, N and K are: B is packed once per (N block, K
+// block) of a `rows` call, A and C stream through by blocks of rows, and the memory is sized before any
+// row of C is written, so a refusal (KernelResourceError) leaves C untouched for the fallback kernel.
+
+import { batchOffsets, type GemmKernel, type GemmProblem } from './gemm-types.js';
+import type { Floats } from './types.js';
+import { releaseWasm, type WasmRuntime, wasmSupport, withWasm } from './wasm-runtime.js';
+
+/** The GEMM half of the module's exports (assembly/gemm.ts). */
+interface GemmExports {
+  gemmTileRows(): number;
+  gemmPackA(src: number, ld: number, rows: number, kc: number, trans: number, dst: number): void;
+  gemmPackB(
+    src: number,
+    ld: number,
+    kc: number,
+    cols: number,
+    trans: number,
+    dst: number,
+    stride: number,
+  ): void;
+  gemmBlock(
+    a: number,
+    b: number,
+    c: number,
+    ldc: number,
+    rows: number,
+    cols: number,
+    kc: number,
+    load: number,
+    bias: number,
+    gelu: number,
+  ): void;
+}
+
+// Block sizes (BLIS's KC, MC, NC), in floats. KC: a packed B panel (KC·8 floats = 16 KB) stays in L1
+// while the tiles of a row block pass under it; MC: the packed A block (MC·KC floats = 256 KB) stays in
+// L2; NC: the packed B block is at most B_BUDGET bytes (L3) and the C block C_BUDGET, so B is packed
+// once per call up to 2048 columns. A larger K is split into KC blocks, and C makes a round trip per block (float32
+// either way: the registers accumulate in float32 too).
+const KC_MAX = 512;
+const MC_MAX = 128;
+const B_BUDGET = 4 << 20;
+/** Bytes of the C block [MC, NC]: bounds NC when K is small (K = 1 would otherwise allow all of N). */
+const C_BUDGET = 1 << 20;
+/** Floats of stored A or B copied at once before packing (a block's whole rows when they fit). */
+const STAGE_FLOATS = 256 << 10;
+
+const pad = (n: number, m: number) => Math.ceil(n / m) * m;
+
+/** One thread's GEMM driver: lays out its buffers from the instance's base, remembers the B it packed. */
+class GemmDriver {
+  private readonly ex: GemmExports;
+  private readonly MR: number;
+  private f32: Float32Array;
+  private bKey = ''; // which (product, N block, K block) of this call's B is packed in memory
+  private stageKey = ''; // which stored rows of A sit whole in the stage
+
+  constructor(private readonly rt: WasmRuntime) {
+    this.ex = rt.exports as unknown as GemmExports;
+    this.MR = this.ex.gemmTileRows();
+    this.f32 = rt.f32;
+  }
+
+  run(p: GemmProblem, c: Floats, m0: number, m1: number): void {
+    const { M, N, K } = p;
+    if (M === 0 || N === 0 || m1 <= m0) return;
+    const MR = this.MR;
+    const kBlocks = Math.max(1, Math.ceil(K / KC_MAX));
+    const KC = Math.ceil(K / kBlocks); // equal K blocks (0 when K = 0: C = bias (+ C))
+    const MC = Math.min(MC_MAX, pad(Math.min(M, m1 - m0), MR));
+    const ncMax = Math.min(B_BUDGET / Math.max(KC, 1), C_BUDGET / MC) / 4;
+    const NC = Math.min(pad(N, 8), Math.max(8, Math.floor(ncMax / 8) * 8));
+    // Memory map (bytes from the instance's base, 16-aligned): packed B [NC/8][KC][8] | packed A
+    // [MC/MR][KC][MR] | C block [MC, NC] | bias [NC] | stage (stored rows of A or B, as copied).
+    const bPtr = this.rt.base;
+    const aPtr = bPtr + NC * KC * 4;
+    const cPtr = aPtr + MC * KC * 4;
+    const biasPtr = cPtr + MC * NC * 4;
+    const stagePtr = biasPtr + NC * 4;
+    const stageFloats = Math.max(STAGE_FLOATS, MC * KC, 8 * KC, NC);
+    this.rt.ensure(stagePtr + stageFloats * 4);
+    // Nothing packed is reused across calls (B may change between them, e.g. an optimizer step), only
+    // within this one: the next product of a batch sharing B, the next row block.
+    this.rt.claim(this);
+    this.bKey = '';
+    this.stageKey = '';
+    this.f32 = this.rt.f32;
+    const f32 = this.f32;
+    const ex = this.ex;
+
+    const batch = p.batch ?? 1;
+    for (let t = Math.floor(m0 / M); t < batch && t * M < m1; t++) {
+      const i0 = Math.max(m0 - t * M, 0);
+      const i1 = Math.min(m1 - t * M, M);
+      const off = batchOffsets(p, t);
+      for (let jc = 0; jc < N; jc += NC) {
+        const nc = Math.min(NC, N - jc);
+        const ncPad = pad(nc, 8);
+        if (p.bias) {
+          f32.set((p.bias as Float32Array).subarray(jc, jc + nc), biasPtr / 4);
+          f32.fill(0, biasPtr / 4 + nc, biasPtr / 4 + ncPad);
+        }
+        for (let kb = 0; kb < kBlocks; kb++) {
+          // K = 0 is one empty block: C = bias (+ C), through GELU.
+          const pc = kb * KC;
+          const kc = Math.min(KC, K - pc);
+          const first = kb === 0;
+          const last = kb === kBlocks - 1;
+          this.packB(p, p.strideB === 0 ? 0 : t, off.b, jc, nc, pc, kc, bPtr, stagePtr, stageFloats);
+          for (let ic = i0; ic < i1; ic += MC) {
+            const mc = Math.min(MC, i1 - ic);
+            // Pass 1: stage and pack op(A)[ic : ic + mc, pc : pc + kc] into 4-row panels.
+            const [src, ld] = p.transA
+              ? this.stage(p.a, off.a, M, pc, kc, ic, mc, stagePtr, stageFloats, `${t},${pc}`)
+              : this.stage(p.a, off.a, K, ic, mc, pc, kc, stagePtr, stageFloats, '');
+            ex.gemmPackA(src, ld, mc, kc, p.transA ? 1 : 0, aPtr);
+            // Pass 2: the C block in (when it is added to), the macro-kernel, the C block out.
+            const load = p.accumulate || !first;
+            const cAt = off.c + ic * N + jc; // C[ic, jc] of this product
+            if (load) this.copyC(c, cAt, N, mc, nc, ncPad, cPtr, true);
+            const biasAt = first && p.bias ? biasPtr : 0;
+            ex.gemmBlock(
+              aPtr,
+              bPtr,
+              cPtr,
+              ncPad,
+              pad(mc, MR),
+              ncPad,
+              kc,
+              load ? 1 : 0,
+              biasAt,
+              last && p.gelu ? 1 : 0,
+            );
+            this.copyC(c, cAt, N, mc, nc, ncPad, cPtr, false);
+          }
+        }
+      }
+    }
+  }
+
+  /**
+   * Packs op(B)[pc : pc + kc, jc : jc + nc] of product `tb` into 8-column panels at bPtr, unless this call
+   * already packed that block there (products of a batch sharing B). Stored rows are staged
+   * in pieces of at most the stage's size: k rows of b [K, N], or 8·n rows of b [N, K].
+   */
+  private packB(
+    p: GemmProblem,
+    tb: number,
+    bOff: number,
+    jc: number,
+    nc: number,
+    pc: number,
+    kc: number,
+    bPtr: number,
+    stagePtr: number,
+    stageFloats: number,
+  ): void {
+    const key = `${tb},${jc},${pc}`;
+    if (this.bKey === key) return;
+    this.bKey = '';
+    this.stageKey = ''; // the stage is about to be overwritten
+    const { N, K } = p;
+    if (p.transB) {
+      // b [N, K]: stored rows are columns of op(B); 8·n of them per piece, each kc long.
+      const step = Math.max(8, Math.floor(stageFloats / Math.max(kc, 1) / 8) * 8);
+      for (let j = 0; j < nc; j += step) {
+        const n = Math.min(step, nc - j);
+        const [src, ld] = this.stage(p.b, bOff, K, jc + j, n, pc, kc, stagePtr, stageFloats, '');
+        this.ex.gemmPackB(src, ld, kc, n, 1, bPtr + (j / 8) * kc * 32, kc * 8);
+      }
+    } else {
+      // b [K, N]: stored rows are rows of op(B); as many per piece as fit, each nc long.
+      const step = Math.max(1, Math.floor(stageFloats / nc));
+      for (let k = 0; k < kc; k += step) {
+        const n = Math.min(step, kc - k);
+        const [src, ld] = this.stage(p.b, bOff, N, pc + k, n, jc, nc, stagePtr, stageFloats, '');
+        this.ex.gemmPackB(src, ld, n, nc, 0, bPtr + k * 32, kc * 8);
+      }
+    }
+    this.bKey = key;
+  }
+
+  /**
+   * Copies stored rows [r0, r0 + rows) × columns [c0, c0 + cols) of a matrix with `width` columns at
+   * element `off` of `src` into the stage; returns the staged element (r0, c0)'s address and the staged
+   * row stride. Whole rows are copied in one piece when they fit (a view and one memcpy, where a row at a
+   * time costs a view per row); `key` names the window when it may be reused by the next call.
+   */
+  private stage(
+    src: Floats,
+    off: number,
+    width: number,
+    r0: number,
+    rows: number,
+    c0: number,
+    cols: number,
+    stagePtr: number,
+    stageFloats: number,
+    key: string,
+  ): [number, number] {
+    const s = stagePtr / 4;
+    const data = src as Float32Array;
+    if (rows * width <= stageFloats || cols === width) {
+      // Whole rows: rows of A stored transposed are shared by every row block of C, so they stay put
+      // across the M loop (`key`) until B is packed again.
+      const wholeKey = key && `${key},${r0},${rows}`;
+      if (!wholeKey || this.stageKey !== wholeKey) {
+        const from = off + r0 * width;
+        this.f32.set(data.subarray(from, from + rows * width), s);
+        this.stageKey = wholeKey;
+      }
+      return [stagePtr + c0 * 4, width];
+    }
+    this.stageKey = '';
+    for (let r = 0; r < rows; r++) {
+      const from = off + (r0 + r) * width + c0;
+      this.f32.set(data.subarray(from, from + cols), s + r * cols);
+    }
+    return [stagePtr, cols];
+  }
+
+  /**
+   * C[rows, cols] at element `at` of c (row stride N) to the C block (row stride ldc), or back. A float64
+   * C (a float64 gradient buffer in a 'float32' call) is rounded to float32 on the way in and widened on
+   * the way out by the typed arrays' own conversion.
+   */
+  private copyC(
+    c: Floats,
+    at: number,
+    N: number,
+    rows: number,
+    cols: number,
+    ldc: number,
+    cPtr: number,
+    toWasm: boolean,
+  ): void {
+    const f32 = this.f32;
+    const base = cPtr / 4;
+    if (cols === N && ldc === N) {
+      if (toWasm) f32.set(c.subarray(at, at + rows * N), base);
+      else c.set(f32.subarray(base, base + rows * N), at);
+      return;
+    }
+    for (let r = 0; r < rows; r++) {
+      if (toWasm) f32.set(c.subarray(at + r * N, at + r * N + cols), base + r * ldc);
+      else c.set(f32.subarray(base + r * ldc, base + r * ldc + cols), at + r * N);
+    }
+  }
+}
+
+const drivers = new WeakMap<WasmRuntime, GemmDriver>();
+
+/** The WASM SIMD GEMM; `supports` says why not when WASM SIMD is missing or the call needs float64. */
+export const wasmGemmKernel: GemmKernel = {
+  name: 'wasm',
+  supports(p: GemmProblem): true | string {
+    const ok = wasmSupport();
+    if (ok !== true) return ok;
+    if (p.precision === 'float64') return 'it accumulates in float32; this call asks for float64';
+    if (!(p.a instanceof Float32Array && p.b instanceof Float32Array)) return 'its operands are float32 only';
+    if (p.bias && !(p.bias instanceof Float32Array)) return 'its bias is float32 only';
+    return true;
+  },
+  release: releaseWasm,
+  rows(p: GemmProblem, c: Floats, m0: number, m1: number): void {
+    withWasm('wasm GEMM', (rt) => {
+      let driver = drivers.get(rt);
+      if (!driver) {
+        driver = new GemmDriver(rt);
+        drivers.set(rt, driver);
+      }
+      driver.run(p, c, m0, m1);
+    });
+  },
+};
