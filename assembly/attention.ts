@@ -138,13 +138,8 @@ export function attend(
         kp += ldkBytes;
         qp += 64;
       }
-      // A dot product that overflowed to −∞ is clamped to the lowest float: −∞ means "blocked" from
-      // here on, and a row whose scores all overflowed must be recomputed (finish flags it), not zeroed.
-      const lowest = f32x4.splat(-MAX_F32);
-      a00 = f32x4.pmax(a00, lowest); a01 = f32x4.pmax(a01, lowest);
-      a10 = f32x4.pmax(a10, lowest); a11 = f32x4.pmax(a11, lowest);
-      a20 = f32x4.pmax(a20, lowest); a21 = f32x4.pmax(a21, lowest);
-      a30 = f32x4.pmax(a30, lowest); a31 = f32x4.pmax(a31, lowest);
+      // A dot product may overflow to −∞ here. Without a mask or bias the driver catches a row whose
+      // scores all did (its max is −∞ though its band is not empty); with one, pass 2 clamps them.
       const t = tile + (<usize>c << 2);
       v128.store(t, a00); v128.store(t, a01, 16);
       v128.store(t, a10, TILE_BYTES); v128.store(t, a11, TILE_BYTES + 16);
@@ -189,14 +184,18 @@ export function attend(
           store<f32>(tp, NEG_INF);
           continue;
         }
+        // A visible key's score that overflowed to −∞ becomes the lowest float: −∞ means "blocked"
+        // from here on, and a row whose scores all overflowed is then flagged by finish, not zeroed.
+        let s = load<f32>(tp);
+        if (s == NEG_INF) s = -MAX_F32;
         if (bias != 0) {
           const bv = load<f32>(bias + (<usize>(row * biasSl + c * biasSs) << 2));
-          let s = load<f32>(tp) + LOG2E * bv;
+          s += LOG2E * bv;
           // A finite bias that overflows float32 in log2 units stays finite (clamped; finish then flags
           // the row for a float64 recompute); only a −∞ bias blocks, as in the reference.
           if (bv != NEG_INF && s == NEG_INF) s = -MAX_F32;
-          store<f32>(tp, s);
         }
+        store<f32>(tp, s);
       }
     }
 
@@ -265,6 +264,11 @@ export function attend(
     }
 
     // Pass 4: acc[4 rows, :] += p[4 rows, cols] · v[cols, :], 8 value columns at a time.
+    const last = min(cols, cEnd);
+    if (vNonFinite != 0 && !clean) {
+      accumulateMasked(acc, v, tile, r0, EvPad, cStart, last);
+      continue;
+    }
     const evBytes = <usize>EvPad << 2;
     for (let e = 0; e < EvPad; e += 8) {
       const a0p = acc + (<usize>(r0 * EvPad + e) << 2);
@@ -272,49 +276,66 @@ export function attend(
       let a10 = v128.load(a0p + evBytes), a11 = v128.load(a0p + evBytes, 16);
       let a20 = v128.load(a0p + 2 * evBytes), a21 = v128.load(a0p + 2 * evBytes, 16);
       let a30 = v128.load(a0p + 3 * evBytes), a31 = v128.load(a0p + 3 * evBytes, 16);
-      const last = min(cols, cEnd);
       let vp = v + (<usize>(cStart * EvPad + e) << 2);
       let tp = tile + (<usize>cStart << 2);
-      if (vNonFinite != 0 && !clean) {
-        // These values hold NaN or ±∞: a blocked key (p = 0) must add nothing, and 0·NaN is NaN, so
-        // each product is kept only where p ≠ 0 (a visible key's p is never 0: exp2x4 stops at 2^−126).
-        const zero = f32x4.splat(0);
-        for (let c = cStart; c < last; c++) {
-          const v0 = v128.load(vp);
-          const v1 = v128.load(vp, 16);
-          const p0 = v128.load32_splat(tp);
-          const p1 = v128.load32_splat(tp, TILE_BYTES);
-          const p2 = v128.load32_splat(tp, 2 * TILE_BYTES);
-          const p3 = v128.load32_splat(tp, 3 * TILE_BYTES);
-          const k0 = f32x4.ne(p0, zero), k1 = f32x4.ne(p1, zero), k2 = f32x4.ne(p2, zero), k3 = f32x4.ne(p3, zero);
-          a00 = f32x4.add(a00, v128.and(f32x4.mul(p0, v0), k0)); a01 = f32x4.add(a01, v128.and(f32x4.mul(p0, v1), k0));
-          a10 = f32x4.add(a10, v128.and(f32x4.mul(p1, v0), k1)); a11 = f32x4.add(a11, v128.and(f32x4.mul(p1, v1), k1));
-          a20 = f32x4.add(a20, v128.and(f32x4.mul(p2, v0), k2)); a21 = f32x4.add(a21, v128.and(f32x4.mul(p2, v1), k2));
-          a30 = f32x4.add(a30, v128.and(f32x4.mul(p3, v0), k3)); a31 = f32x4.add(a31, v128.and(f32x4.mul(p3, v1), k3));
-          vp += evBytes;
-          tp += 4;
-        }
-      } else {
-        for (let c = cStart; c < last; c++) {
-          const v0 = v128.load(vp);
-          const v1 = v128.load(vp, 16);
-          const p0 = v128.load32_splat(tp);
-          const p1 = v128.load32_splat(tp, TILE_BYTES);
-          const p2 = v128.load32_splat(tp, 2 * TILE_BYTES);
-          const p3 = v128.load32_splat(tp, 3 * TILE_BYTES);
-          a00 = madd(p0, v0, a00); a01 = madd(p0, v1, a01);
-          a10 = madd(p1, v0, a10); a11 = madd(p1, v1, a11);
-          a20 = madd(p2, v0, a20); a21 = madd(p2, v1, a21);
-          a30 = madd(p3, v0, a30); a31 = madd(p3, v1, a31);
-          vp += evBytes;
-          tp += 4;
-        }
+      for (let c = cStart; c < last; c++) {
+        const v0 = v128.load(vp);
+        const v1 = v128.load(vp, 16);
+        const p0 = v128.load32_splat(tp);
+        const p1 = v128.load32_splat(tp, TILE_BYTES);
+        const p2 = v128.load32_splat(tp, 2 * TILE_BYTES);
+        const p3 = v128.load32_splat(tp, 3 * TILE_BYTES);
+        a00 = madd(p0, v0, a00); a01 = madd(p0, v1, a01);
+        a10 = madd(p1, v0, a10); a11 = madd(p1, v1, a11);
+        a20 = madd(p2, v0, a20); a21 = madd(p2, v1, a21);
+        a30 = madd(p3, v0, a30); a31 = madd(p3, v1, a31);
+        vp += evBytes;
+        tp += 4;
       }
       v128.store(a0p, a00); v128.store(a0p, a01, 16);
       v128.store(a0p + evBytes, a10); v128.store(a0p + evBytes, a11, 16);
       v128.store(a0p + 2 * evBytes, a20); v128.store(a0p + 2 * evBytes, a21, 16);
       v128.store(a0p + 3 * evBytes, a30); v128.store(a0p + 3 * evBytes, a31, 16);
     }
+  }
+}
+
+/**
+ * Pass 4 for values that hold NaN or ±∞ (kept out of `attend`, whose hot loop it would otherwise share
+ * code with): a blocked key (p = 0) must add nothing, and 0·NaN is NaN, so each product is kept only
+ * where p ≠ 0 (a visible key's p is never 0: exp2x4 stops at 2^−126).
+ */
+@inline(never)
+function accumulateMasked(acc: usize, v: usize, tile: usize, r0: i32, EvPad: i32, cStart: i32, last: i32): void {
+  const evBytes = <usize>EvPad << 2;
+  const zero = f32x4.splat(0);
+  for (let e = 0; e < EvPad; e += 8) {
+    const a0p = acc + (<usize>(r0 * EvPad + e) << 2);
+    let a00 = v128.load(a0p), a01 = v128.load(a0p, 16);
+    let a10 = v128.load(a0p + evBytes), a11 = v128.load(a0p + evBytes, 16);
+    let a20 = v128.load(a0p + 2 * evBytes), a21 = v128.load(a0p + 2 * evBytes, 16);
+    let a30 = v128.load(a0p + 3 * evBytes), a31 = v128.load(a0p + 3 * evBytes, 16);
+    let vp = v + (<usize>(cStart * EvPad + e) << 2);
+    let tp = tile + (<usize>cStart << 2);
+    for (let c = cStart; c < last; c++) {
+      const v0 = v128.load(vp);
+      const v1 = v128.load(vp, 16);
+      const p0 = v128.load32_splat(tp);
+      const p1 = v128.load32_splat(tp, TILE_BYTES);
+      const p2 = v128.load32_splat(tp, 2 * TILE_BYTES);
+      const p3 = v128.load32_splat(tp, 3 * TILE_BYTES);
+      const k0 = f32x4.ne(p0, zero), k1 = f32x4.ne(p1, zero), k2 = f32x4.ne(p2, zero), k3 = f32x4.ne(p3, zero);
+      a00 = f32x4.add(a00, v128.and(f32x4.mul(p0, v0), k0)); a01 = f32x4.add(a01, v128.and(f32x4.mul(p0, v1), k0));
+      a10 = f32x4.add(a10, v128.and(f32x4.mul(p1, v0), k1)); a11 = f32x4.add(a11, v128.and(f32x4.mul(p1, v1), k1));
+      a20 = f32x4.add(a20, v128.and(f32x4.mul(p2, v0), k2)); a21 = f32x4.add(a21, v128.and(f32x4.mul(p2, v1), k2));
+      a30 = f32x4.add(a30, v128.and(f32x4.mul(p3, v0), k3)); a31 = f32x4.add(a31, v128.and(f32x4.mul(p3, v1), k3));
+      vp += evBytes;
+      tp += 4;
+    }
+    v128.store(a0p, a00); v128.store(a0p, a01, 16);
+    v128.store(a0p + evBytes, a10); v128.store(a0p + evBytes, a11, 16);
+    v128.store(a0p + 2 * evBytes, a20); v128.store(a0p + 2 * evBytes, a21, 16);
+    v128.store(a0p + 3 * evBytes, a30); v128.store(a0p + 3 * evBytes, a31, 16);
   }
 }
 

@@ -12,7 +12,7 @@ import {
   type BroadcastView,
   float32Problem,
 } from './types.js';
-import { type Band, classifyBlock, headsOf, kvRow, kvRun, rowsBand } from './visibility.js';
+import { type Band, classifyBlock, headsOf, kvRow, kvRun, rowsBand, visibleRange } from './visibility.js';
 import { releaseWasm, type WasmRuntime, wasmSupport, withWasm } from './wasm-runtime.js';
 
 /** The attention half of the module's exports (assembly/attention.ts). */
@@ -270,12 +270,24 @@ class AttentionDriver {
         }
       }
       // Rows float32 could not be trusted with (finish marked them with m = NaN): huge scores, an
-      // overflow, or a NaN or ±∞ that reached the output. The JS tiled kernel recomputes them in float64,
-      // so this kernel's answer is the reference's on every input (a rare, row-by-row cost).
-      for (let r = 0; flagged > 0 && r < rows; r++) {
-        if (!Number.isNaN(f32[mPtr / 4 + r])) continue;
+      // overflow, or a NaN or ±∞ that reached the output; and without a mask or bias, a row whose max
+      // is −∞ though its band is not empty (every score overflowed to −∞; with a mask or bias the module
+      // clamps them). The JS tiled kernel recomputes them in float64, so this kernel's answer is the
+      // reference's on every input (a rare, row-by-row cost).
+      const distrust = (r: number): boolean => {
+        const m = f32[mPtr / 4 + r];
+        if (Number.isNaN(m)) return true;
+        if (m !== Number.NEGATIVE_INFINITY || mask || bias) return false;
+        const [lo, hi] = visibleRange(band, r0 + r);
+        return lo <= hi;
+      };
+      let unmasked = 0;
+      if (!mask && !bias)
+        for (let r = 0; r < rows; r++) if (f32[mPtr / 4 + r] === Number.NEGATIVE_INFINITY) unmasked++;
+      for (let r = 0; (flagged > 0 || unmasked > 0) && r < rows; r++) {
+        if (!distrust(r)) continue;
         let end = r + 1;
-        while (end < rows && Number.isNaN(f32[mPtr / 4 + end])) end++;
+        while (end < rows && distrust(end)) end++;
         flashKernel.forwardRows(float32Of(p), { out, lse }, bh, r0 + r, r0 + end);
         r = end;
       }
