@@ -100,6 +100,16 @@ describe('qkv demo', () => {
     [['demo', '--heads', '8', '--d-k', '32'], /--d-k is d_model \/ heads = 64/],
     [['demo', 'extra'], /Unexpected argument 'extra'/],
     [['frobnicate'], /unknown command 'frobnicate'/],
+    // Checked before training (it used to train for minutes, then fail naming a temporary file).
+    [
+      ['train', '--task', 'pronoun', '--out', '/nonexistent/x.safetensors'],
+      /cannot write --out \/nonexistent\/x.safetensors: directory \/nonexistent does not exist/,
+    ],
+    [
+      ['train', '--task', 'copy', '--plot', '/nonexistent/c.svg'],
+      /cannot write --plot \/nonexistent\/c.svg: directory \/nonexistent does not exist/,
+    ],
+    [['train', '--task', 'scaling', '--plot', '/'], /cannot write --plot \/: \/ is a directory/],
   ])('bad usage %j → one line on stderr, exit code 2', (argv, message) => {
     const { code, out, err } = run(argv as string[]);
     expect(code).toBe(2);

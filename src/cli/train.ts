@@ -4,7 +4,7 @@
 // mid-training; it stops after the current step and saves a checkpoint before exiting with code 130.
 
 import { writeFileSync } from 'node:fs';
-import { writeFileAtomic } from '../io/file-node.js';
+import { unwritableReason, writeFileAtomic } from '../io/file-node.js';
 import { lineChartSvg, type PlotSeries } from '../train/plot.js';
 import { evaluatePronoun } from '../train/pronoun.js';
 import { sequenceTask } from '../train/tasks.js';
@@ -60,6 +60,16 @@ function parse(argv: string[]): TrainArgs | 'help' {
     throw new UsageError(`train: unknown task '${task}' (tasks: ${known.join(', ')})`);
   for (const name of ['out', 'plot'] as const) {
     if (values[name] === '') throw new UsageError(`train: --${name} needs a file name`);
+  }
+  // The output paths are checked now, before training, not when the checkpoint is written minutes later.
+  const out = (values.out as string | undefined) ?? (task === 'scaling' ? undefined : `${task}.safetensors`);
+  const plot = (values.plot as string | undefined) ?? (task === 'scaling' ? 'scaling.svg' : undefined);
+  for (const [name, path] of [
+    ['out', out],
+    ['plot', plot],
+  ] as const) {
+    const why = path === undefined ? '' : unwritableReason(path);
+    if (why) throw new UsageError(`train: cannot write --${name} ${path}: ${why}`);
   }
   return {
     task,
