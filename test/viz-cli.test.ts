@@ -120,6 +120,16 @@ describe('qkv viz', () => {
     expect(unknown.err).toContain("'dog' not in the checkpoint's 3-word vocabulary");
   });
 
+  it('--model with a missing file: one line naming it and where the trained model ships, exit 1 (was a raw ENOENT)', () => {
+    const out = join(tmpdir(), 'qkv-viz-missing-model.svg');
+    const missing = run(['viz', '--model', 'no/such/model.safetensors', '--out', out]);
+    expect(existsSync(out)).toBe(false);
+    expect(missing.code).toBe(1);
+    expect(missing.err).toMatch(
+      /^qkv: viz: no such checkpoint 'no\/such\/model.safetensors' \(the trained pronoun model ships at .*models[/\\]pronoun.safetensors\)\n$/,
+    );
+  });
+
   it('--help lists the options; qkv --help lists the command', () => {
     expect(run(['viz', '--help']).out).toContain('--matrix <id>');
     expect(run(['--help']).out).toContain('qkv viz --out <file>');

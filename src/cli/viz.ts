@@ -3,8 +3,9 @@
 // (src/viz), so `qkv viz --text "…" --seed 3` draws what the playground shows for that sentence and seed;
 // with --model the checkpoint's own tokenizer splits the text, as in the page.
 
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { deflateSync } from 'node:zlib';
+import { readFileBytes } from '../io/file-node.js';
 import { type Tokenizer, UnknownTokenError } from '../text/tokenizer.js';
 import { stackFromSafetensors } from '../viz/checkpoint.js';
 import { DARK_THEME, heatmapLayout, LIGHT_THEME } from '../viz/layout.js';
@@ -15,6 +16,7 @@ import { renderHeatmapSvg } from '../viz/svg.js';
 import { tokenize } from '../viz/tokens.js';
 import { traceStack } from '../viz/trace.js';
 import { type CliIO, integerOption, parseCommandArgs, UsageError } from './args.js';
+import { DEFAULT_PRONOUN_MODEL } from './eval.js';
 
 /** Where the command writes; the CLI passes process streams, tests pass strings. */
 const DEFAULT_TEXT = "The animal didn't cross the street because it was too tired";
@@ -102,7 +104,13 @@ export function viz(argv: string[], io: Pick<CliIO, 'stdout' | 'stderr'>): numbe
         `${shaped.map((n) => `--${n}`).join(', ')} cannot be combined with --model (the checkpoint fixes them)`,
       );
     }
-    const checkpoint = stackFromSafetensors(new Uint8Array(readFileSync(modelPath)), modelPath);
+    if (!existsSync(modelPath)) {
+      // A path relative to the clone (models/pronoun.safetensors) does not exist in a user's project.
+      throw new Error(
+        `viz: no such checkpoint '${modelPath}' (the trained pronoun model ships at ${DEFAULT_PRONOUN_MODEL})`,
+      );
+    }
+    const checkpoint = stackFromSafetensors(readFileBytes(modelPath), modelPath);
     stack = checkpoint;
     tokenizer = checkpoint.tokenizer;
   } else {
