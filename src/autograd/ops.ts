@@ -5,7 +5,12 @@
 // statistics (dropout a byte per element), and nothing when `needsGrad` says it is off the tape.
 // Shape letters: N rows (all leading axes flattened), K input width, M output width, D model width.
 
-import { linear as gemmLinear, linearGradInput, linearGradWeight } from '../kernels/matmul.js';
+import {
+  linear as gemmLinear,
+  linearGradBias,
+  linearGradInput,
+  linearGradWeight,
+} from '../kernels/matmul.js';
 import type { Generator } from '../random.js';
 import { floatsLike, needsGrad, opResult, type Var } from './var.js';
 
@@ -34,14 +39,7 @@ export function linear(x: Var, weight: Var, bias?: Var): Var {
     const dy = out.grad!;
     if (x.requiresGrad) linearGradInput(dy, N, M, weight.data, K, x.gradBuffer()); // dx += dy·W
     if (weight.requiresGrad) linearGradWeight(dy, N, M, x.data, K, weight.gradBuffer()); // dW += dyᵀ·x
-    if (bias?.requiresGrad) {
-      const db = bias.gradBuffer();
-      for (let m = 0; m < M; m++) {
-        let s = 0;
-        for (let n = 0; n < N; n++) s += dy[n * M + m];
-        db[m] += s;
-      }
-    }
+    if (bias?.requiresGrad) linearGradBias(dy, N, M, bias.gradBuffer()); // db += colsum(dy)
   });
   return out;
 }

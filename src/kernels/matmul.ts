@@ -86,6 +86,19 @@ export function linearGradWeight(dy: Floats, N: number, M: number, x: Floats, K:
   }
 }
 
+/**
+ * db[M] += Σ_n dy[n, M]: the bias gradient of `linear`, summed in float64 row after row (dy is read in
+ * storage order, not column by column with a stride of M).
+ */
+export function linearGradBias(dy: Floats, N: number, M: number, db: Floats): void {
+  const sums = new Float64Array(M);
+  for (let n = 0; n < N; n++) {
+    const row = n * M;
+    for (let m = 0; m < M; m++) sums[m] += dy[row + m];
+  }
+  for (let m = 0; m < M; m++) db[m] += sums[m];
+}
+
 /** c[N, M] = a[N, K] · b[K, M]: the article's x·W layout (SelfAttention). */
 export function matmul(a: Float32Array, N: number, K: number, b: Float32Array, M: number): Float32Array {
   return gemm(
