@@ -384,8 +384,9 @@ describe('the pool is bounded by the cores and lets idle workers go', () => {
     const out = await runtime.scaledDotProductAttentionAsync(q, q, q, { threads: 2 });
     expectAllClose(out, scaledDotProductAttention(q, q, q), { atol: 1e-5, rtol: 1e-4 });
     expect(runtime.workers).toBeGreaterThanOrEqual(1);
-    // A pool that keeps being used keeps its workers: calls closer together than the timeout.
-    runtime.idleMs = 1_000;
+    // A pool that keeps being used keeps its workers: calls far closer together than the timeout (60 s,
+    // so a stalled machine cannot make this depend on the clock).
+    runtime.idleMs = 60_000;
     for (let i = 0; i < 4; i++) {
       await runtime.scaledDotProductAttentionAsync(q, q, q, { threads: 2 });
       await new Promise((r) => setTimeout(r, 100));
