@@ -52,8 +52,8 @@ const USAGE = `usage: npm run bench -- [options]
   --quick              the smallest size only, fewer runs, no memory-target rows (a smoke run)
   --only <substring>   rows whose "implementation config" contains it, e.g. --only "ort" --only "(1,8,1024"
                        (repeatable; a partial run writes bench/results.partial.json)
-  --readme             after a full run, rewrite the README's bench section from bench/results.json
-  --readme-only        only rewrite the README's bench section from bench/results.json`;
+  --readme             after a full run, rewrite docs/benchmarks.md's table from bench/results.json
+  --readme-only        only rewrite docs/benchmarks.md's table from bench/results.json`;
 
 interface Args {
   quick: boolean;
@@ -216,7 +216,7 @@ async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
   const resultsFile = join(BENCH_DIR, 'results.json');
   if (args.readmeOnly) {
-    updateReadme(resultsFile, join(ROOT, 'README.md'));
+    updateReadme(resultsFile, join(ROOT, 'docs', 'benchmarks.md'));
     return;
   }
   const partial = args.quick || args.only.length > 0;
@@ -269,8 +269,8 @@ async function main(): Promise<void> {
   writeFileSync(file, toJson(results));
   console.log(`wrote ${file}`);
   if (args.readme) {
-    if (partial) console.log('not updating README.md from a partial run (drop --quick / --only)');
-    else updateReadme(resultsFile, join(ROOT, 'README.md'));
+    if (partial) console.log('not updating docs/benchmarks.md from a partial run (drop --quick / --only)');
+    else updateReadme(resultsFile, join(ROOT, 'docs', 'benchmarks.md'));
   }
 }
 

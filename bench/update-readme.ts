@@ -1,6 +1,6 @@
-// Rewrites the README's benchmark section (between the bench:start and bench:end markers) from
+// Rewrites docs/benchmarks.md's table (between the bench:start and bench:end markers) from
 // bench/results.json: the machine line and the table. One decision to know: when the markers are missing,
-// the section is inserted before "## How it is built" so that it stays in the same place.
+// the section is appended to the page.
 
 import { readFileSync, writeFileSync } from 'node:fs';
 import { ORT_NODE_INSTALL } from './peers/ort-install.js';
@@ -64,10 +64,7 @@ export function updateReadme(resultsPath: string, readmePath: string): void {
   if (start >= 0 && end > start) {
     next = readme.slice(0, start) + section + readme.slice(end + END.length);
   } else {
-    const anchor = readme.indexOf('## How it is built');
-    if (anchor < 0)
-      throw new Error(`update-readme: ${readmePath} has neither bench markers nor "## How it is built"`);
-    next = `${readme.slice(0, anchor)}${section}\n\n${readme.slice(anchor)}`;
+    next = `${readme.trimEnd()}\n\n${section}\n`;
   }
   writeFileSync(readmePath, next);
   console.log(`updated ${readmePath} from ${resultsPath}`);
