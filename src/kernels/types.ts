@@ -160,30 +160,46 @@ export function problemFor(kernel: AttentionKernel, problem: AttentionProblem): 
 }
 
 /**
- * Runs every row of every (batch, head) pair on one kernel; if it throws a KernelResourceError and a
- * `fallback` is given, the fallback serves the pair that failed and every pair after it.
+ * Runs `forwardRows` tasks of one call on `kernel`; if the kernel throws a KernelResourceError and a
+ * `fallback` is given, the fallback serves the task that failed and every task after it. The one place
+ * the switch is written: forwardAll and the workers' loop both run their tasks through it.
  */
+export function rowRunner(
+  kernel: AttentionKernel,
+  problem: AttentionProblem,
+  outputs: AttentionOutputs,
+  fallback?: AttentionKernel,
+): { run(bh: number, i0: number, i1: number): void; release(): void } {
+  let current = kernel;
+  let next = fallback;
+  let p = problemFor(current, problem);
+  return {
+    run(bh, i0, i1) {
+      try {
+        current.forwardRows(p, outputs, bh, i0, i1);
+      } catch (err) {
+        if (!next || !(err instanceof KernelResourceError)) throw err;
+        current.release?.();
+        current = next;
+        next = undefined;
+        p = problemFor(current, problem);
+        current.forwardRows(p, outputs, bh, i0, i1);
+      }
+    },
+    release: () => current.release?.(),
+  };
+}
+
+/** Runs every row of every (batch, head) pair on one kernel (and its fallback, see rowRunner). */
 export function forwardAll(
   kernel: AttentionKernel,
   problem: AttentionProblem,
   outputs: AttentionOutputs,
   fallback?: AttentionKernel,
 ): void {
-  const pairs = problem.B * problem.Hq;
-  let p = problemFor(kernel, problem);
-  for (let bh = 0; bh < pairs; bh++) {
-    try {
-      kernel.forwardRows(p, outputs, bh, 0, problem.L);
-    } catch (err) {
-      if (!fallback || !(err instanceof KernelResourceError)) throw err;
-      kernel.release?.();
-      kernel = fallback;
-      fallback = undefined;
-      p = problemFor(kernel, problem);
-      kernel.forwardRows(p, outputs, bh, 0, problem.L);
-    }
-  }
-  kernel.release?.();
+  const runner = rowRunner(kernel, problem, outputs, fallback);
+  for (let bh = 0; bh < problem.B * problem.Hq; bh++) runner.run(bh, 0, problem.L);
+  runner.release();
 }
 
 /** Runs every backward task of a call on one kernel: tasks 0 … B·Hkv − 1 (see AttentionBackward). */

@@ -5,7 +5,7 @@
 
 import { kernelByName } from '../kernels/registry.js';
 import { revive } from '../kernels/transfer.js';
-import { type AttentionKernel, KernelResourceError, problemFor } from '../kernels/types.js';
+import { type AttentionKernel, rowRunner } from '../kernels/types.js';
 import { type FromWorker, HEADER, type Job, type JobArgs, type Op, type ToWorker } from './protocol.js';
 
 /** Runs one worker's share of a job: `next()` claims a task (−1 when none is left), `ticket` is 0, 1, … */
@@ -19,28 +19,17 @@ function kernelNamed(name: string): AttentionKernel {
 
 const RUNNERS: { [O in Op]: Runner<O> } = {
   'attention.forward'(job, { problem, outputs, rowsPerTask }, next) {
-    let kernel = kernelNamed(job.kernel);
-    let fallback = job.fallback === undefined ? undefined : kernelNamed(job.fallback);
-    // Float16 inputs arrive as halves only for kernels that read them; a fallback that does not widens here.
-    let p = problemFor(kernel, problem);
+    // An 'auto' call whose kernel runs out of resources here goes on with the fallback (rowRunner);
+    // float16 inputs arrive as halves only for kernels that read them, a fallback that does not widens.
+    const fallback = job.fallback === undefined ? undefined : kernelNamed(job.fallback);
+    const runner = rowRunner(kernelNamed(job.kernel), problem, outputs, fallback);
     const blocksPerHead = Math.ceil(problem.L / rowsPerTask);
     for (let task = next(); task !== -1; task = next()) {
       const bh = Math.floor(task / blocksPerHead);
       const i0 = (task % blocksPerHead) * rowsPerTask;
-      const i1 = Math.min(problem.L, i0 + rowsPerTask);
-      try {
-        kernel.forwardRows(p, outputs, bh, i0, i1);
-      } catch (err) {
-        // An 'auto' call whose kernel ran out of resources here: the fallback serves this task and the rest.
-        if (!fallback || !(err instanceof KernelResourceError)) throw err;
-        kernel.release?.();
-        kernel = fallback;
-        fallback = undefined;
-        p = problemFor(kernel, problem);
-        kernel.forwardRows(p, outputs, bh, i0, i1);
-      }
+      runner.run(bh, i0, Math.min(problem.L, i0 + rowsPerTask));
     }
-    kernel.release?.();
+    runner.release();
   },
 
   'attention.backward'(job, { problem, inputs, grads, dbiasParts }, next, ticket) {
