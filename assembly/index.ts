@@ -2,4 +2,5 @@
 // instance and one memory (src/kernels/wasm-runtime.ts). Each op's file exports its own entry points.
 
 export * from './attention';
+export * from './attention-backward';
 export * from './gemm';

@@ -10,7 +10,7 @@ import { type AttentionGrads, referenceBackward } from '../src/kernels/backward.
 import { flashBackwardWith } from '../src/kernels/backward-flash.js';
 import { referenceKernel } from '../src/kernels/reference.js';
 import { KERNEL_NAMES, registeredKernels } from '../src/kernels/registry.js';
-import { backwardAll, forwardAll } from '../src/kernels/types.js';
+import { type BackwardProblem, backwardAll, forwardAll } from '../src/kernels/types.js';
 import { expectAllClose, fromFixture } from './helpers.js';
 import { backwardGoldens, optionsOf } from './rings/golden.js';
 
@@ -22,9 +22,22 @@ function expectFinite(t: Tensor, label: string): void {
   expect(bad, `${label} has a non-finite value at ${bad}`).toBe(-1);
 }
 
-/** The `kernel` option values attentionBackward can serve: 'auto' and each registered kernel with a backward. */
+/**
+ * The `kernel` option values attentionBackward can serve: 'auto' and each registered kernel whose backward
+ * serves its float64 problems (the WASM backward is float32 only: training's).
+ */
 const PUBLIC_BACKWARD_KERNELS = KERNEL_NAMES.filter(
-  (name) => name === 'auto' || registeredKernels().some((k) => k.name === name && k.backward),
+  (name) =>
+    name === 'auto' ||
+    registeredKernels().some(
+      (k) =>
+        k.name === name &&
+        k.backward?.supports({ precision: 'float64' } as BackwardProblem, {
+          dOut: new Float32Array(0),
+          out: new Float32Array(0),
+          lse: new Float64Array(0),
+        }) === true,
+    ),
 );
 
 // Each kernel's own backward against these goldens is ring one (test/golden.test.ts); here the public

@@ -13,6 +13,7 @@ import {
   float32Problem,
 } from './types.js';
 import { type Band, classifyBlock, headsOf, kvRow, kvRun, rowsBand, visibleRange } from './visibility.js';
+import { wasmBackward } from './wasm-backward.js';
 import { releaseWasm, type WasmRuntime, wasmSupport, withWasm } from './wasm-runtime.js';
 
 /** The attention half of the module's exports (assembly/attention.ts). */
@@ -432,6 +433,7 @@ export const wasmKernel: AttentionKernel = {
     return true;
   },
   release: releaseWasm,
+  backward: wasmBackward,
   forwardRows(p: AttentionProblem, outputs: AttentionOutputs, bh: number, i0: number, i1: number): void {
     if (outputs.out || outputs.lse) {
       withWasm('wasm kernel', (rt) => {

@@ -1,6 +1,6 @@
-// The built library in real Chromium: the WASM kernel (Chromium validates the relaxed-SIMD build),
-// float16, and scaledDotProductAttentionAsync on Web Workers, with and without cross-origin isolation.
-// The page imports dist/index.js as plain ES modules from a tiny static server (no bundler involved).
+// The built library in real Chromium: the WASM kernel (Chromium validates the relaxed-SIMD build) and its
+// backward, float16, and scaledDotProductAttentionAsync on Web Workers, with and without cross-origin
+// isolation. The page imports dist/ as plain ES modules from a tiny static server (no bundler involved).
 
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
@@ -127,6 +127,65 @@ describe('the library in Chromium', () => {
     expect(result.support.wasm).toBe('relaxed-simd');
     expect(result.worst).toBe(0);
     expect(result.halfExact).toBe(true);
+  });
+
+  it('runs the WASM attention backward (float32, training) equal to the reference backward', async () => {
+    const { page } = await open(await serve(false));
+    const result = await page.evaluate(async () => {
+      const { Tensor } = await load('/dist/index.js');
+      const { planAttention } = await load('/dist/attention/plan.js');
+      const { wasmBackward } = await load('/dist/kernels/wasm-backward.js');
+      const { flashBackward } = await load('/dist/kernels/backward-flash.js');
+      const { referenceBackward } = await load('/dist/kernels/backward.js');
+      const { referenceKernel } = await load('/dist/kernels/reference.js');
+      const { chooseBackward } = await load('/dist/kernels/registry.js');
+      const { backwardAll, forwardAll } = await load('/dist/kernels/types.js');
+      // GQA, causal, a bias with its gradient, odd sizes; the reference in float64 on float64 arrays.
+      const [B, Hq, Hkv, L, S, E] = [2, 4, 2, 70, 90, 33];
+      const q = Tensor.randn([B, Hq, L, E], { seed: 1 });
+      const k = Tensor.randn([B, Hkv, S, E], { seed: 2 });
+      const v = Tensor.randn([B, Hkv, S, E], { seed: 3 });
+      const bias = Tensor.randn([L, S], { seed: 4 });
+      const { problem } = planAttention('e2e', q, k, v, { causal: true, bias });
+      const f64 = (t: { data: Float32Array }) => Float64Array.from(t.data);
+      const p64 = { ...problem, q: f64(q), k: f64(k), v: f64(v), precision: 'float64' };
+      const n = B * Hq * L;
+      const out = new Float64Array(n * E);
+      const lse = new Float64Array(n);
+      forwardAll(referenceKernel, p64, { out, lse });
+      const dOut = Tensor.randn([n * E], { seed: 5 }).data;
+      const grads = (Ctor: Float32ArrayConstructor | Float64ArrayConstructor) => ({
+        dq: new Ctor(q.size),
+        dk: new Ctor(k.size),
+        dv: new Ctor(v.size),
+        dbias: new Ctor(L * S),
+      });
+      const want = grads(Float64Array);
+      backwardAll(referenceBackward, p64, { dOut: Float64Array.from(dOut) }, want);
+      const p32 = { ...problem, precision: 'float32' };
+      const inputs = { dOut, out: Float32Array.from(out), lse };
+      let fallbacks = 0;
+      const task = flashBackward.task;
+      flashBackward.task = (...args: unknown[]) => {
+        fallbacks++;
+        task(...args);
+      };
+      const got = grads(Float32Array);
+      backwardAll(wasmBackward, p32, inputs, got);
+      flashBackward.task = task;
+      let worst = 0;
+      for (const name of ['dq', 'dk', 'dv', 'dbias'] as const) {
+        for (let i = 0; i < want[name].length; i++) {
+          const excess = Math.abs(got[name][i] - want[name][i]) - (1e-5 + 1e-4 * Math.abs(want[name][i]));
+          if (!(excess <= 0))
+            worst = Math.max(worst, Number.isNaN(excess) ? Number.POSITIVE_INFINITY : excess);
+        }
+      }
+      return { chosen: chooseBackward('e2e', 'auto', p32, inputs) === wasmBackward, fallbacks, worst };
+    });
+    expect(result.chosen).toBe(true);
+    expect(result.fallbacks).toBe(0);
+    expect(result.worst).toBe(0);
   });
 
   it('without cross-origin isolation, the async call runs on one thread, equal to the sync one, and says so once', async () => {

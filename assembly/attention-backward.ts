@@ -1,0 +1,443 @@
+// WASM SIMD128 inner loops of the attention backward (FlashAttention-2, arXiv:2307.08691, Algorithm 2):
+// one query tile of one head against one key block; JS (src/kernels/wasm-backward.ts) owns the loops.
+// One decision to know: scores and dP = dO·v are summed in f64 (their rounding is what the gradients
+// amplify: P = 2^(s − lse) and dP − D cancel); P, dS and the dQ, dK, dV products are f32.
+//
+// The tile's dS (= ∂loss/∂score = ∂loss/∂bias) is left in memory for the driver to add into dbias.
+//
+// Layouts (row-major, pointers are bytes; EPad, EvPad multiples of 8 with zero padding):
+//   q64 [rows, E] f64, q [rows, EPad] f32    query rows of the tile, as given (unscaled)
+//   dO64 [rows, Ev] f64, dO [rows, EvPad] f32  ∂loss/∂out of those rows
+//   lse [rows] f64       log-sum-exp in log2 units (−∞: a row that sees nothing, or a padding row)
+//   D   [rows] f64       rowsum(dO∘O)
+//   dq  [rows, EPad] f32 accumulated Σ_j dS·k_j (the driver multiplies by the scale)
+//   kt [E, BC], vt [Ev, BC] f64   keys and values of the block, transposed; k [BC, EPad] f32 the keys
+//   dk  [BC, EPad] f32   accumulated Σ_i dS·q_i (times the scale later); dv [BC, EvPad] Σ_i P·dO_i
+//   P, dS [BR, BC] f32   the tile's probabilities and dS = P∘(dP − D), zero wherever a key is blocked
+
+/** Keys per block: the column count of the P and dS tiles and the row stride of kt and vt panels. */
+const BC = 64;
+/** Most query rows per tile. */
+const BR = 64;
+const ROW_BYTES: usize = BC * 4; // stride of the P and dS tiles
+const NEG_INF: f32 = -Infinity;
+const LOG2E: f32 = 1.4426950408889634;
+
+@inline
+function fma4(a: v128, b: v128, c: v128): v128 {
+  if (ASC_FEATURE_RELAXED_SIMD) return f32x4.relaxed_madd(a, b, c);
+  return f32x4.add(f32x4.mul(a, b), c);
+}
+
+@inline
+function fma2(a: v128, b: v128, c: v128): v128 {
+  if (ASC_FEATURE_RELAXED_SIMD) return f64x2.relaxed_madd(a, b, c);
+  return f64x2.add(f64x2.mul(a, b), c);
+}
+
+/** Two f64x2 → one f32x4 (lo's lanes first). */
+@inline
+function narrow(lo: v128, hi: v128): v128 {
+  return i32x4.shuffle(f32x4.demote_f64x2_zero(lo), f32x4.demote_f64x2_zero(hi), 0, 1, 4, 5);
+}
+
+/**
+ * 2^x for 4 lanes with x ≤ 0 (the forward's approach): x clamped at −126, n = round(x) by the 1.5·2^23
+ * trick, 2^(x − n) by a degree-5 polynomial in Estrin form (≤ 3e-7 relative), 2^n put in the exponent.
+ * The caller zeroes what it must (blocked keys, and P below 2^−100, which would come out as 2^−126).
+ */
+@inline
+function pow2(x: v128): v128 {
+  x = f32x4.pmax(x, f32x4.splat(-126.0));
+  const magic = f32x4.splat(12582912.0);
+  const shifted = f32x4.add(x, magic);
+  const r = f32x4.sub(x, f32x4.sub(shifted, magic));
+  const r2 = f32x4.mul(r, r);
+  const a = fma4(f32x4.splat(6.9314694e-1), r, f32x4.splat(1.0000001));
+  const b = fma4(f32x4.splat(5.5507131e-2), r, f32x4.splat(2.4022120e-1));
+  const c = fma4(f32x4.splat(1.3276471e-3), r, f32x4.splat(9.6755410e-3));
+  const p = fma4(f32x4.mul(r2, r2), c, fma4(r2, b, a));
+  return f32x4.mul(p, i32x4.shl(i32x4.add(shifted, i32x4.splat(127 - 0x400000)), 23));
+}
+
+/** Keys per block (BC): the driver's block size, and the row stride of its transposed panels. */
+export function bwdBlockKeys(): i32 {
+  return BC;
+}
+
+/** Most query rows a `bwdTile` call takes (BR). */
+export function bwdTileRows(): i32 {
+  return BR;
+}
+
+/** Zeros columns [c0, c1) of the 4 tile rows from `row` in both P and dS. */
+@inline
+function zeroCols(P: usize, dS: usize, row: i32, c0: i32, c1: i32): void {
+  if (c1 <= c0) return;
+  const n = <usize>(c1 - c0) << 2;
+  for (let rr = 0; rr < 4; rr++) {
+    const at = <usize>(row + rr) * ROW_BYTES + (<usize>c0 << 2);
+    memory.fill(P + at, 0, n);
+    memory.fill(dS + at, 0, n);
+  }
+}
+
+/**
+ * One query tile (rows i0 … i0 + rows − 1 of one head; rows a multiple of 4, at most BR) against one key
+ * block (keys j0 … j0 + cols − 1, cols ≤ BC): P, dS, and dq += dS·K, dk += dSᵀ·Q, dv += Pᵀ·dO.
+ * cs = scale·log2 e (scores in log2 units, as lse). band = 0 when the caller's tile class is 'full'
+ * (every row sees every key by the band); else each group of 4 rows clips its columns to the band and
+ * each key is tested. mask/bias: pointers to element (i0, j0) of the (b, h) slice with element strides
+ * (sl, ss), 0 when absent; a mask element 0 blocks, a bias is added to the scaled score (−∞ blocks).
+ * The driver has checked every input finite and every sum bounded, and P is at most 1 (x ≤ 0 below).
+ */
+export function bwdTile(
+  q64: usize, q: usize, dO64: usize, dO: usize, lse: usize, D: usize, dq: usize,
+  kt: usize, vt: usize, k: usize, dk: usize, dv: usize, P: usize, dS: usize,
+  rows: i32, cols: i32, E: i32, EPad: i32, Ev: i32, EvPad: i32, cs: f64,
+  i0: i32, j0: i32, shift: i32, left: i32, right: i32, band: i32,
+  mask: usize, maskSl: i32, maskSs: i32, bias: usize, biasSl: i32, biasSs: i32,
+): void {
+  if (rows > BR || cols > BC || (rows & 3) != 0) unreachable();
+  const colsPad = (cols + 7) & ~7;
+  const qRow = <usize>EPad << 2;
+  const oRow = <usize>EvPad << 2;
+  const qRow64 = <usize>E << 3;
+  const oRow64 = <usize>Ev << 3;
+  const panel64: usize = BC * 8; // row stride of the kt and vt panels
+  const zero = f32x4.splat(0);
+  const zero2 = f64x2.splat(0);
+  const floor = f32x4.splat(-100.0); // log2 of the smallest P kept
+  const vcs = f64x2.splat(cs);
+
+  for (let r0 = 0; r0 < rows; r0 += 4) {
+    const lp = lse + (<usize>r0 << 3);
+    const l0 = load<f64>(lp), l1 = load<f64>(lp, 8), l2 = load<f64>(lp, 16), l3 = load<f64>(lp, 24);
+    const dead0 = l0 == -Infinity, dead1 = l1 == -Infinity, dead2 = l2 == -Infinity, dead3 = l3 == -Infinity;
+    if (dead0 && dead1 && dead2 && dead3) {
+      zeroCols(P, dS, r0, 0, colsPad);
+      continue;
+    }
+    // The columns any of these 4 rows may see, [cStart, cEnd), 8-aligned.
+    let cStart = 0;
+    let cEnd = colsPad;
+    if (band != 0) {
+      const lo = i0 + r0 + shift - left - j0;
+      const hi = i0 + r0 + 3 + shift + right - j0;
+      if (hi < 0 || lo >= cols) {
+        zeroCols(P, dS, r0, 0, colsPad);
+        continue;
+      }
+      cStart = max(lo, 0) & ~7;
+      cEnd = min(colsPad, (min(hi, cols - 1) + 8) & ~7);
+    }
+    zeroCols(P, dS, r0, 0, cStart);
+    zeroCols(P, dS, r0, cEnd, colsPad);
+    // Every key of the range visible to every row, with no bias: no per-key pass.
+    const plain = band == 0 && mask == 0 && bias == 0 && cEnd <= cols && !(dead0 || dead1 || dead2 || dead3);
+    const pRow = P + <usize>r0 * ROW_BYTES;
+    const sRow = dS + <usize>r0 * ROW_BYTES;
+    const n0 = f64x2.splat(-l0), n1 = f64x2.splat(-l1), n2 = f64x2.splat(-l2), n3 = f64x2.splat(-l3);
+
+    // x = s·cs − lse (log2 units) of 4 rows × 4 keys, s = q·k accumulated in f64, stored as f32.
+    const q0 = q64 + <usize>r0 * qRow64;
+    for (let c = cStart; c < cEnd; c += 4) {
+      let a00 = zero2, a01 = zero2, a10 = zero2, a11 = zero2;
+      let a20 = zero2, a21 = zero2, a30 = zero2, a31 = zero2;
+      let kp = kt + (<usize>c << 3);
+      let qp = q0;
+      for (let e = 0; e < E; e++) {
+        const k0 = v128.load(kp);
+        const k1 = v128.load(kp, 16);
+        const x0 = v128.load64_splat(qp);
+        const x1 = v128.load64_splat(qp + qRow64);
+        const x2 = v128.load64_splat(qp + 2 * qRow64);
+        const x3 = v128.load64_splat(qp + 3 * qRow64);
+        a00 = fma2(x0, k0, a00); a01 = fma2(x0, k1, a01);
+        a10 = fma2(x1, k0, a10); a11 = fma2(x1, k1, a11);
+        a20 = fma2(x2, k0, a20); a21 = fma2(x2, k1, a21);
+        a30 = fma2(x3, k0, a30); a31 = fma2(x3, k1, a31);
+        kp += panel64;
+        qp += 8;
+      }
+      const t = pRow + (<usize>c << 2);
+      v128.store(t, narrow(fma2(a00, vcs, n0), fma2(a01, vcs, n0)));
+      v128.store(t, narrow(fma2(a10, vcs, n1), fma2(a11, vcs, n1)), ROW_BYTES);
+      v128.store(t, narrow(fma2(a20, vcs, n2), fma2(a21, vcs, n2)), 2 * ROW_BYTES);
+      v128.store(t, narrow(fma2(a30, vcs, n3), fma2(a31, vcs, n3)), 3 * ROW_BYTES);
+    }
+
+    if (plain) {
+      // P = 2^min(x, 0): P ≤ 1 always (a score a rounding above the lse is its row's max); P = 0 below
+      // 2^−100 (< 1e-30: nothing the tolerance sees, and no denormal products, slow on x86, downstream).
+      for (let rr = 0; rr < 4; rr++) {
+        const t = pRow + <usize>rr * ROW_BYTES;
+        for (let c = cStart; c < cEnd; c += 4) {
+          const tp = t + (<usize>c << 2);
+          const x = v128.load(tp);
+          v128.store(tp, v128.and(pow2(f32x4.pmin(x, zero)), f32x4.gt(x, floor)));
+        }
+      }
+    } else {
+      // Scalar pass: band, mask, bias and padding keys → −∞ (blocked), else x plus the bias.
+      const last = min(cols, cEnd);
+      for (let rr = 0; rr < 4; rr++) {
+        const row = r0 + rr;
+        const t = pRow + <usize>rr * ROW_BYTES;
+        const dead = rr == 0 ? dead0 : rr == 1 ? dead1 : rr == 2 ? dead2 : dead3;
+        if (dead) {
+          for (let c = cStart; c < cEnd; c++) store<f32>(t + (<usize>c << 2), NEG_INF);
+          continue;
+        }
+        const pos = i0 + row + shift;
+        for (let c = cStart; c < last; c++) {
+          const j = j0 + c;
+          const tp = t + (<usize>c << 2);
+          if (band != 0 && (j < pos - left || j > pos + right)) {
+            store<f32>(tp, NEG_INF);
+            continue;
+          }
+          if (mask != 0 && load<f32>(mask + (<usize>(row * maskSl + c * maskSs) << 2)) == 0) {
+            store<f32>(tp, NEG_INF);
+            continue;
+          }
+          // A −∞ bias blocks; a finite one that takes x to −∞ leaves P = 0, as exp does in float64.
+          if (bias != 0) {
+            store<f32>(tp, load<f32>(tp) + LOG2E * load<f32>(bias + (<usize>(row * biasSl + c * biasSs) << 2)));
+          }
+        }
+        for (let c = max(last, cStart); c < cEnd; c++) store<f32>(t + (<usize>c << 2), NEG_INF);
+      }
+      // P = 2^min(x, 0) as above, so exactly 0 where x = −∞ (a blocked key).
+      for (let rr = 0; rr < 4; rr++) {
+        const t = pRow + <usize>rr * ROW_BYTES;
+        for (let c = cStart; c < cEnd; c += 4) {
+          const tp = t + (<usize>c << 2);
+          const x = v128.load(tp);
+          v128.store(tp, v128.and(pow2(f32x4.pmin(x, zero)), f32x4.gt(x, floor)));
+        }
+      }
+    }
+
+    // dP − D = dO·Vᵀ − D accumulated in f64, then dS = P∘(dP − D) in f32, 4 rows × 4 keys at a time.
+    const dp = D + (<usize>r0 << 3);
+    const d0 = f64x2.splat(-load<f64>(dp)), d1 = f64x2.splat(-load<f64>(dp, 8));
+    const d2 = f64x2.splat(-load<f64>(dp, 16)), d3 = f64x2.splat(-load<f64>(dp, 24));
+    const o0 = dO64 + <usize>r0 * oRow64;
+    for (let c = cStart; c < cEnd; c += 4) {
+      let a00 = d0, a01 = d0, a10 = d1, a11 = d1;
+      let a20 = d2, a21 = d2, a30 = d3, a31 = d3;
+      let vp = vt + (<usize>c << 3);
+      let gp = o0;
+      for (let e = 0; e < Ev; e++) {
+        const v0 = v128.load(vp);
+        const v1 = v128.load(vp, 16);
+        const x0 = v128.load64_splat(gp);
+        const x1 = v128.load64_splat(gp + oRow64);
+        const x2 = v128.load64_splat(gp + 2 * oRow64);
+        const x3 = v128.load64_splat(gp + 3 * oRow64);
+        a00 = fma2(x0, v0, a00); a01 = fma2(x0, v1, a01);
+        a10 = fma2(x1, v0, a10); a11 = fma2(x1, v1, a11);
+        a20 = fma2(x2, v0, a20); a21 = fma2(x2, v1, a21);
+        a30 = fma2(x3, v0, a30); a31 = fma2(x3, v1, a31);
+        vp += panel64;
+        gp += 8;
+      }
+      const t = pRow + (<usize>c << 2);
+      const u = sRow + (<usize>c << 2);
+      v128.store(u, f32x4.mul(v128.load(t), narrow(a00, a01)));
+      v128.store(u, f32x4.mul(v128.load(t, ROW_BYTES), narrow(a10, a11)), ROW_BYTES);
+      v128.store(u, f32x4.mul(v128.load(t, 2 * ROW_BYTES), narrow(a20, a21)), 2 * ROW_BYTES);
+      v128.store(u, f32x4.mul(v128.load(t, 3 * ROW_BYTES), narrow(a30, a31)), 3 * ROW_BYTES);
+    }
+
+    // dq[4 rows, :] += dS[4 rows, keys] · k[keys, :], 8 columns of E at a time.
+    const jEnd = min(cEnd, cols);
+    for (let e = 0; e < EPad; e += 8) {
+      const ap = dq + <usize>r0 * qRow + (<usize>e << 2);
+      let a00 = v128.load(ap), a01 = v128.load(ap, 16);
+      let a10 = v128.load(ap + qRow), a11 = v128.load(ap + qRow, 16);
+      let a20 = v128.load(ap + 2 * qRow), a21 = v128.load(ap + 2 * qRow, 16);
+      let a30 = v128.load(ap + 3 * qRow), a31 = v128.load(ap + 3 * qRow, 16);
+      let kp = k + <usize>cStart * qRow + (<usize>e << 2);
+      let sp = sRow + (<usize>cStart << 2);
+      for (let j = cStart; j < jEnd; j++) {
+        const k0 = v128.load(kp);
+        const k1 = v128.load(kp, 16);
+        const x0 = v128.load32_splat(sp);
+        const x1 = v128.load32_splat(sp, ROW_BYTES);
+        const x2 = v128.load32_splat(sp, 2 * ROW_BYTES);
+        const x3 = v128.load32_splat(sp, 3 * ROW_BYTES);
+        a00 = fma4(x0, k0, a00); a01 = fma4(x0, k1, a01);
+        a10 = fma4(x1, k0, a10); a11 = fma4(x1, k1, a11);
+        a20 = fma4(x2, k0, a20); a21 = fma4(x2, k1, a21);
+        a30 = fma4(x3, k0, a30); a31 = fma4(x3, k1, a31);
+        kp += qRow;
+        sp += 4;
+      }
+      v128.store(ap, a00); v128.store(ap, a01, 16);
+      v128.store(ap + qRow, a10); v128.store(ap + qRow, a11, 16);
+      v128.store(ap + 2 * qRow, a20); v128.store(ap + 2 * qRow, a21, 16);
+      v128.store(ap + 3 * qRow, a30); v128.store(ap + 3 * qRow, a31, 16);
+    }
+  }
+
+  // dv[4 keys, :] += P[rows, 4 keys]ᵀ · dO[rows, :] and dk likewise from dS and q, over the rows that may
+  // see any of the 4 keys (P and dS are 0 elsewhere, so the band only narrows the loop).
+  for (let c = 0; c < cols; c += 4) {
+    let rLo = 0;
+    let rHi = rows;
+    if (band != 0) {
+      rLo = max(0, j0 + c - right - shift - i0);
+      rHi = min(rows, j0 + c + 3 + left - shift - i0 + 1);
+      if (rHi <= rLo) continue;
+    }
+    accumulateT(dv + <usize>c * oRow, oRow, dO, P + (<usize>c << 2), rLo, rHi, EvPad);
+    accumulateT(dk + <usize>c * qRow, qRow, q, dS + (<usize>c << 2), rLo, rHi, EPad);
+  }
+}
+
+/**
+ * out[4 keys, 0 … n) += Σ_{i ∈ [rLo, rHi)} w[i, 4 keys] · x[i, :], for rows x with stride `ld` bytes (also
+ * out's stride), w a tile column group (stride ROW_BYTES), 8 columns at a time (n a multiple of 8).
+ */
+@inline
+function accumulateT(out: usize, ld: usize, x: usize, w: usize, rLo: i32, rHi: i32, n: i32): void {
+  for (let e = 0; e < n; e += 8) {
+    const ap = out + (<usize>e << 2);
+    let a00 = v128.load(ap), a01 = v128.load(ap, 16);
+    let a10 = v128.load(ap + ld), a11 = v128.load(ap + ld, 16);
+    let a20 = v128.load(ap + 2 * ld), a21 = v128.load(ap + 2 * ld, 16);
+    let a30 = v128.load(ap + 3 * ld), a31 = v128.load(ap + 3 * ld, 16);
+    let xp = x + <usize>rLo * ld + (<usize>e << 2);
+    let wp = w + <usize>rLo * ROW_BYTES;
+    for (let i = rLo; i < rHi; i++) {
+      const x0 = v128.load(xp);
+      const x1 = v128.load(xp, 16);
+      const w0 = v128.load32_splat(wp);
+      const w1 = v128.load32_splat(wp, 4);
+      const w2 = v128.load32_splat(wp, 8);
+      const w3 = v128.load32_splat(wp, 12);
+      a00 = fma4(w0, x0, a00); a01 = fma4(w0, x1, a01);
+      a10 = fma4(w1, x0, a10); a11 = fma4(w1, x1, a11);
+      a20 = fma4(w2, x0, a20); a21 = fma4(w2, x1, a21);
+      a30 = fma4(w3, x0, a30); a31 = fma4(w3, x1, a31);
+      xp += ld;
+      wp += ROW_BYTES;
+    }
+    v128.store(ap, a00); v128.store(ap, a01, 16);
+    v128.store(ap + ld, a10); v128.store(ap + ld, a11, 16);
+    v128.store(ap + 2 * ld, a20); v128.store(ap + 2 * ld, a21, 16);
+    v128.store(ap + 3 * ld, a30); v128.store(ap + 3 * ld, a31, 16);
+  }
+}
+
+/** Largest |x| of the n floats at p; NaN if any is NaN (±∞ gives ∞). */
+export function bwdMaxAbs(p: usize, n: i32): f32 {
+  let m = f32x4.splat(0);
+  let nan = f32x4.splat(0);
+  let i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const x = v128.load(p + (<usize>i << 2));
+    m = f32x4.pmax(m, f32x4.abs(x));
+    nan = v128.or(nan, f32x4.ne(x, x));
+  }
+  let r = max(max(f32x4.extract_lane(m, 0), f32x4.extract_lane(m, 1)), max(f32x4.extract_lane(m, 2), f32x4.extract_lane(m, 3)));
+  for (; i < n; i++) {
+    const x = load<f32>(p + (<usize>i << 2));
+    if (x != x) return NaN;
+    r = max(r, abs(x));
+  }
+  return v128.any_true(nan) ? NaN : r;
+}
+
+/** 1 if any of the n floats at p is NaN or above `limit` (+∞ included; −∞ and large negatives pass), else 0. */
+export function bwdAbove(p: usize, n: i32, limit: f32): i32 {
+  const lim = f32x4.splat(limit);
+  let bad = f32x4.splat(0);
+  let i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const x = v128.load(p + (<usize>i << 2));
+    bad = v128.or(bad, v128.not(f32x4.le(x, lim)));
+  }
+  for (; i < n; i++) if (!(load<f32>(p + (<usize>i << 2)) <= limit)) return 1;
+  return v128.any_true(bad) ? 1 : 0;
+}
+
+/** x *= s for the n floats at p (n a multiple of 4). */
+export function bwdScale(p: usize, n: i32, s: f32): void {
+  const vs = f32x4.splat(s);
+  for (let i = 0; i < n; i += 4) {
+    const a = p + (<usize>i << 2);
+    v128.store(a, f32x4.mul(v128.load(a), vs));
+  }
+}
+
+/**
+ * Rows [rows, n] of f32 at src → panels of BC rows transposed and widened to f64: panel P = [n, BC]
+ * holding rows P·BC … P·BC + BC − 1 (rows past `rows` are 0). The kt and vt layouts of `bwdTile`.
+ */
+export function bwdTransposeWiden(src: usize, rows: i32, n: i32, dst: usize): void {
+  const panels = (rows + BC - 1) / BC;
+  for (let p = 0; p < panels; p++) {
+    const base = dst + <usize>p * <usize>n * BC * 8;
+    const r0 = p * BC;
+    const m = min(BC, rows - r0);
+    for (let e = 0; e < n; e++) {
+      const row = base + <usize>e * BC * 8;
+      let from = src + (<usize>(r0 * n + e) << 2);
+      for (let r = 0; r < m; r++) {
+        store<f64>(row + (<usize>r << 3), <f64>load<f32>(from));
+        from += <usize>n << 2;
+      }
+      memory.fill(row + (<usize>m << 3), 0, <usize>(BC - m) << 3);
+    }
+  }
+}
+
+/**
+ * Rows [rows, n] of f32 at src → the same rows widened to f64 at dst64 ([rows, n]) and copied to dst32
+ * with rows padded to nPad (the extra entries 0). No buffer overlaps another.
+ */
+export function bwdWiden(src: usize, rows: i32, n: i32, dst64: usize, dst32: usize, nPad: i32): void {
+  for (let r = 0; r < rows; r++) {
+    const from = src + (<usize>(r * n) << 2);
+    const to64 = dst64 + (<usize>(r * n) << 3);
+    const to32 = dst32 + (<usize>(r * nPad) << 2);
+    for (let e = 0; e < n; e++) {
+      const x = load<f32>(from + (<usize>e << 2));
+      store<f64>(to64 + (<usize>e << 3), <f64>x);
+      store<f32>(to32 + (<usize>e << 2), x);
+    }
+    memory.fill(to32 + (<usize>n << 2), 0, <usize>(nPad - n) << 2);
+  }
+}
+
+/** Rows [rows, n] at src → [rows, nPad] at dst (nPad ≥ n; the extra entries 0). src and dst do not overlap. */
+export function bwdCopyRows(src: usize, rows: i32, n: i32, dst: usize, nPad: i32): void {
+  const from = <usize>n << 2;
+  const to = <usize>nPad << 2;
+  for (let r = 0; r < rows; r++) {
+    memory.copy(dst + <usize>r * to, src + <usize>r * from, from);
+    memory.fill(dst + <usize>r * to + from, 0, to - from);
+  }
+}
+
+/** n f64 values from f32 pairs (hi, lo) at src: dst[i] = hi + lo (a float64 to about 2⁻⁴⁸ relative). */
+export function bwdJoin(src: usize, n: i32, dst: usize): void {
+  for (let i = 0; i < n; i++) {
+    const at = src + (<usize>i << 3);
+    store<f64>(dst + (<usize>i << 3), <f64>load<f32>(at) + <f64>load<f32>(at, 4));
+  }
+}
+
+/** Largest |x| of the n f64 at p; NaN if any is NaN. */
+export function bwdMaxAbs64(p: usize, n: i32): f64 {
+  let r: f64 = 0;
+  for (let i = 0; i < n; i++) {
+    const x = load<f64>(p + (<usize>i << 3));
+    if (x != x) return NaN;
+    r = max(r, abs(x));
+  }
+  return r;
+}
