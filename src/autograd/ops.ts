@@ -2,7 +2,10 @@
 // One decision to know: ops accumulate in float64 and write outputs of their input's float type, so the
 // same code trains in float32 and is checked in float64 against central differences (test/autograd.test.ts).
 // Backward recomputes from the inputs instead of keeping full-size float copies: an op saves per-row
-// statistics (dropout a byte per element), and nothing when `needsGrad` says it is off the tape.
+// statistics (dropout a byte per element; GELU, the exception, its exp per element), and nothing when
+// `needsGrad` says it is off the tape.
+// The loops are a training step's hot path: flat typed-array loops with row offsets hoisted, no allocation
+// or closure per element, and exp from tables (fastExp) where Math.exp and Math.tanh would dominate.
 // Shape letters: N rows (all leading axes flattened), K input width, M output width, D model width.
 
 import {
@@ -12,10 +15,38 @@ import {
   linearGradWeight,
 } from '../kernels/matmul.js';
 import type { Generator } from '../random.js';
-import { floatsLike, needsGrad, opResult, type Var } from './var.js';
+import { type Floats, floatsLike, needsGrad, opResult, type Var } from './var.js';
 
 function fmt(shape: readonly number[]): string {
   return `[${shape.join(',')}]`;
+}
+
+// e^a as 2^(k/32)·p(r): k = round(a·32/ln 2), r = a − k·ln 2/32 (|r| ≤ ln 2/64; Cody–Waite split, so
+// k·ln2Hi is exact), p the degree-6 Taylor polynomial (truncation < 4e-18), 2^(k/32) from two tables.
+// Within 2 ulp of Math.exp on [−708, 709.7] (test/autograd-ops.test.ts) and about 2–3× faster in V8,
+// whose Math.exp and Math.tanh are calls into C. Below −708 the result leaves the normal range and is
+// flushed a little early (0 from −745.1 on, where Math.exp still gives the last subnormals); it is +∞
+// from about 709.76 (Math.exp: 709.78); NaN gives NaN.
+const EXP_K = 32 / Math.LN2;
+const LN2_HI_32 = 0.6931471803691238 / 32; // 32 significant bits: k·LN2_HI_32 is exact for |k| < 2^21
+const LN2_LO_32 = 1.9082149292705877e-10 / 32; // ln 2 − ln2Hi
+const ROUND = 6755399441055744; // 1.5·2^52: (x + ROUND) − ROUND rounds x to an integer
+const EXP_FRAC = Float64Array.from({ length: 32 }, (_, j) => 2 ** (j / 32)); // 2^(j/32)
+const EXP_MIN_POW = -1080; // 2^m for m in [−1080, 1024]: 0 below −1075, +∞ at 1024
+const EXP_POW = Float64Array.from({ length: 1025 - EXP_MIN_POW }, (_, i) => 2 ** (i + EXP_MIN_POW));
+
+/** e^a by the tables above (accuracy and range in the comment above); exported for its tests. */
+export function fastExp(a: number): number {
+  // Clamped so k stays in the tables; NaN passes both tests (compares, not Math.min/max: V8 gives those
+  // a NaN check of their own).
+  let c = a;
+  if (c < -746) c = -746;
+  else if (c > 710) c = 710;
+  const kf = c * EXP_K + ROUND - ROUND;
+  const k = kf | 0;
+  const r = c - kf * LN2_HI_32 - kf * LN2_LO_32;
+  const p = 1 + r * (1 + r * (0.5 + r * (1 / 6 + r * (1 / 24 + r * (1 / 120 + r * (1 / 720))))));
+  return p * EXP_FRAC[k & 31] * EXP_POW[(k >> 5) - EXP_MIN_POW];
 }
 
 /**
@@ -44,24 +75,36 @@ export function linear(x: Var, weight: Var, bias?: Var): Var {
   return out;
 }
 
+/** dst[i] += src[i] over src's length. */
+function accumulate(dst: Floats, src: Floats): void {
+  const n = src.length;
+  for (let i = 0; i < n; i++) dst[i] += src[i];
+}
+
 /** a + b, where b's shape equals a's or is a suffix of it (b repeats over a's leading axes). */
 export function add(a: Var, b: Var): Var {
   const tail = a.shape.slice(a.shape.length - b.shape.length);
   if (b.shape.length > a.shape.length || tail.some((d, i) => d !== b.shape[i])) {
     throw new RangeError(`add: b ${fmt(b.shape)} must equal a ${fmt(a.shape)} or a suffix of it`);
   }
-  const nb = b.size;
-  const y = floatsLike(a.data, a.size);
-  for (let i = 0; i < a.size; i++) y[i] = a.data[i] + b.data[i % nb];
+  const A = a.data;
+  const Bd = b.data;
+  const n = A.length;
+  const nb = Bd.length;
+  const y = floatsLike(A, n);
+  if (nb === n) {
+    for (let i = 0; i < n; i++) y[i] = A[i] + Bd[i];
+  } else {
+    // b repeats every nb elements (nb ≥ 1 here: a zero-size b makes a zero-size a, and the first branch).
+    for (let o = 0; o < n; o += nb) for (let j = 0; j < nb; j++) y[o + j] = A[o + j] + Bd[j];
+  }
   const out = opResult(y, a.shape, [a, b], () => {
     const dy = out.grad!;
-    if (a.requiresGrad) {
-      const da = a.gradBuffer();
-      for (let i = 0; i < a.size; i++) da[i] += dy[i];
-    }
+    if (a.requiresGrad) accumulate(a.gradBuffer(), dy);
     if (b.requiresGrad) {
       const db = b.gradBuffer();
-      for (let i = 0; i < a.size; i++) db[i % nb] += dy[i]; // summed over the repeats
+      if (nb === n) accumulate(db, dy);
+      else for (let o = 0; o < n; o += nb) for (let j = 0; j < nb; j++) db[j] += dy[o + j]; // summed over the repeats
     }
   });
   return out;
@@ -69,12 +112,14 @@ export function add(a: Var, b: Var): Var {
 
 /** c·x for a constant c (e.g. the √D that multiplies token embeddings). */
 export function scale(x: Var, c: number): Var {
-  const y = floatsLike(x.data, x.size);
-  for (let i = 0; i < x.size; i++) y[i] = c * x.data[i];
+  const X = x.data;
+  const n = X.length;
+  const y = floatsLike(X, n);
+  for (let i = 0; i < n; i++) y[i] = c * X[i];
   const out = opResult(y, x.shape, [x], () => {
     const dy = out.grad!;
     const dx = x.gradBuffer();
-    for (let i = 0; i < x.size; i++) dx[i] += c * dy[i];
+    for (let i = 0; i < n; i++) dx[i] += c * dy[i];
   });
   return out;
 }
@@ -90,54 +135,61 @@ export function layerNorm(x: Var, weight: Var, bias: Var, eps = 1e-5): Var {
       `layerNorm: x ${fmt(x.shape)} needs weight and bias [${D}], got ${fmt(weight.shape)}, ${fmt(bias.shape)}`,
     );
   }
-  const N = x.size / D;
   const X = x.data;
-  const y = floatsLike(X, x.size);
+  const W = weight.data;
+  const Bs = bias.data;
+  const N = D === 0 ? 0 : X.length / D;
+  const y = floatsLike(X, X.length);
   // [N, 2]: each row's mean and rstd, kept only for the tape. Float64 because it is O(N) (16 bytes a row
   // against the row's 4·D) and makes the recomputed x̂ bit for bit the forward's.
   const stats = needsGrad([x, weight, bias]) ? new Float64Array(2 * N) : undefined;
-  for (let n = 0; n < N; n++) {
-    const o = n * D;
-    let mean = 0;
-    for (let d = 0; d < D; d++) mean += X[o + d];
-    mean /= D;
+  // Two sweeps for the statistics (the sum, then Σ(x − mean)²: no cancellation, and the same numbers as
+  // the Tensor ops' LayerNorm, bit for bit), one for the output; a row is in L1 for all three.
+  for (let n = 0, o = 0; n < N; n++, o += D) {
+    const end = o + D;
+    let sum = 0;
+    for (let i = o; i < end; i++) sum += X[i];
+    const mean = sum / D;
     let v = 0;
-    for (let d = 0; d < D; d++) v += (X[o + d] - mean) ** 2;
+    for (let i = o; i < end; i++) {
+      const c = X[i] - mean;
+      v += c * c;
+    }
     const r = 1 / Math.sqrt(v / D + eps); // biased variance, as PyTorch
     if (stats) {
       stats[2 * n] = mean;
       stats[2 * n + 1] = r;
     }
-    for (let d = 0; d < D; d++) y[o + d] = (X[o + d] - mean) * r * weight.data[d] + bias.data[d];
+    for (let d = 0; d < D; d++) y[o + d] = (X[o + d] - mean) * r * W[d] + Bs[d];
   }
   const out = opResult(y, x.shape, [x, weight, bias], () => {
     const dy = out.grad!;
     const s = stats!;
-    // dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) with g = dy·weight; dweight += dy·x̂; dbias += dy.
+    // dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) with g = dy·weight; dweight += dy·x̂; dbias += dy. Grads of
+    // inputs that need none go to a scratch row, so the sweeps carry no branch.
     const dx = x.requiresGrad ? x.gradBuffer() : undefined;
-    const dw = weight.requiresGrad ? weight.gradBuffer() : undefined;
-    const db = bias.requiresGrad ? bias.gradBuffer() : undefined;
-    for (let n = 0; n < N; n++) {
-      const o = n * D;
+    const dw = weight.requiresGrad ? weight.gradBuffer() : floatsLike(X, D);
+    const db = bias.requiresGrad ? bias.gradBuffer() : floatsLike(X, D);
+    for (let n = 0, o = 0; n < N; n++, o += D) {
       const mean = s[2 * n];
       const r = s[2 * n + 1];
       let mg = 0;
       let mgx = 0;
       for (let d = 0; d < D; d++) {
         const h = (X[o + d] - mean) * r; // x̂
-        const g = dy[o + d] * weight.data[d];
+        const e = dy[o + d];
+        const g = e * W[d];
         mg += g;
         mgx += g * h;
-        if (dw) dw[d] += dy[o + d] * h;
-        if (db) db[d] += dy[o + d];
+        dw[d] += e * h;
+        db[d] += e;
       }
+      if (!dx) continue;
       mg /= D;
       mgx /= D;
-      if (dx) {
-        for (let d = 0; d < D; d++) {
-          const h = (X[o + d] - mean) * r;
-          dx[o + d] += r * (dy[o + d] * weight.data[d] - mg - h * mgx);
-        }
+      for (let d = 0; d < D; d++) {
+        const h = (X[o + d] - mean) * r;
+        dx[o + d] += r * (dy[o + d] * W[d] - mg - h * mgx);
       }
     }
   });
@@ -145,24 +197,66 @@ export function layerNorm(x: Var, weight: Var, bias: Var, eps = 1e-5): Var {
 }
 
 const GELU_C = Math.sqrt(2 / Math.PI);
+const GELU_A = 0.044715;
 
-/** GELU, tanh form (Hendrycks & Gimpel, arXiv:1606.08415; GPT-2's; PyTorch's approximate='tanh'). */
-export function gelu(x: Var): Var {
-  const y = floatsLike(x.data, x.size);
-  for (let i = 0; i < x.size; i++) {
-    const v = x.data[i];
-    y[i] = 0.5 * v * (1 + Math.tanh(GELU_C * (v + 0.044715 * v * v * v)));
+/**
+ * y[i] = GELU(x[i]) for every i (x and y the same length; y may be of the other float type). The tanh
+ * form, evaluated as x·σ(2u) = x / (1 + e^(−2u)) with u = √(2/π)·(x + 0.044715·x³) — the same function,
+ * since ½(1 + tanh u) = σ(2u) — with one exp and no cancellation in either tail (1 + tanh u loses float32
+ * digits below x ≈ −4.5 and is 0 below x ≈ −7.3 in float64; this keeps them). NaN and ±∞ give what the
+ * tanh form gives (NaN, NaN at −∞, +∞ at +∞). Exported for an op that wants the autograd's GELU bit for
+ * bit (the Tensor ops' gelu, to keep their block forward identical to the autograd's).
+ */
+export function geluValues(x: Floats, y: Floats): void {
+  const n = x.length;
+  for (let i = 0; i < n; i++) {
+    const v = x[i];
+    y[i] = v / (1 + fastExp(-2 * GELU_C * (v + GELU_A * v * v * v)));
   }
-  const out = opResult(y, x.shape, [x], () => {
-    const dy = out.grad!;
-    const dx = x.gradBuffer();
-    for (let i = 0; i < x.size; i++) {
-      const v = x.data[i];
-      const t = Math.tanh(GELU_C * (v + 0.044715 * v * v * v));
-      const dt = (1 - t * t) * GELU_C * (1 + 3 * 0.044715 * v * v);
-      dx[i] += dy[i] * (0.5 * (1 + t) + 0.5 * v * dt);
-    }
-  });
+}
+
+/** geluValues, keeping each e = e^(−2u) in `saved` for the backward. */
+function geluValuesSaving(x: Floats, y: Floats, saved: Floats): void {
+  const n = x.length;
+  for (let i = 0; i < n; i++) {
+    const v = x[i];
+    const e = fastExp(-2 * GELU_C * (v + GELU_A * v * v * v));
+    saved[i] = e;
+    y[i] = v / (1 + e);
+  }
+}
+
+/**
+ * dx[i] += dy[i]·GELU′(x[i]) from the forward's e = e^(−2u): with σ = 1/(1 + e), d/dx [x·σ(2u)] =
+ * σ + 2x·σ(1 − σ)·du/dx, and σ(1 − σ) = e·σ², exact in both tails; it is 0 where e is +∞ (e·σ would be
+ * ∞·0 there), so only x = ±∞ (and NaN) give NaN, as in the tanh form.
+ */
+function geluBackward(x: Floats, saved: Floats, dy: Floats, dx: Floats): void {
+  const n = x.length;
+  for (let i = 0; i < n; i++) {
+    const v = x[i];
+    const e = saved[i];
+    const s = 1 / (1 + e);
+    const sp = e < Number.POSITIVE_INFINITY ? e * s * s : 0; // NaN e: 0 here, and s is NaN
+    dx[i] += dy[i] * (s + 2 * v * sp * GELU_C * (1 + 3 * GELU_A * v * v));
+  }
+}
+
+/**
+ * GELU, tanh form (Hendrycks & Gimpel, arXiv:1606.08415; GPT-2's; PyTorch's approximate='tanh'). The one
+ * op that saves a full-size array for its backward: e^(−2u) per element, in x's float type (recomputing it
+ * is an exp per element, most of the backward's time); nothing under noGrad.
+ */
+export function gelu(x: Var): Var {
+  const X = x.data;
+  const y = floatsLike(X, X.length);
+  if (!needsGrad([x])) {
+    geluValues(X, y);
+    return opResult(y, x.shape, [x], () => {});
+  }
+  const saved = floatsLike(X, X.length);
+  geluValuesSaving(X, y, saved);
+  const out = opResult(y, x.shape, [x], () => geluBackward(X, saved, out.grad!, x.gradBuffer()));
   return out;
 }
 
@@ -176,17 +270,22 @@ export function embedding(table: Var, ids: Int32Array, idsShape: readonly number
       `embedding: table ${fmt(table.shape)} must be [V, D] and ids (${ids.length}) must fill ${fmt(idsShape)}`,
     );
   }
-  const y = floatsLike(table.data, n * D);
-  for (let t = 0; t < n; t++) {
+  const T = table.data;
+  const y = floatsLike(T, n * D);
+  for (let t = 0, o = 0; t < n; t++, o += D) {
     const id = ids[t];
     if (!(id >= 0 && id < V))
       throw new RangeError(`embedding: id ${id} at position ${t} is outside the table's ${V} rows`);
-    for (let d = 0; d < D; d++) y[t * D + d] = table.data[id * D + d];
+    const from = id * D;
+    for (let d = 0; d < D; d++) y[o + d] = T[from + d];
   }
   const out = opResult(y, [...idsShape, D], [table], () => {
     const dy = out.grad!;
     const dt = table.gradBuffer();
-    for (let t = 0; t < n; t++) for (let d = 0; d < D; d++) dt[ids[t] * D + d] += dy[t * D + d];
+    for (let t = 0, o = 0; t < n; t++, o += D) {
+      const to = ids[t] * D;
+      for (let d = 0; d < D; d++) dt[to + d] += dy[o + d];
+    }
   });
   return out;
 }
@@ -199,17 +298,24 @@ export function splitLast(x: Var, widths: readonly number[]): Var[] {
       `splitLast: widths ${fmt(widths)} do not add up to the last axis of ${fmt(x.shape)}`,
     );
   }
-  const N = x.size / W;
+  const X = x.data;
+  const N = W === 0 ? 0 : X.length / W;
   const outs: Var[] = [];
   let start = 0;
   for (const w of widths) {
     const from = start;
-    const y = floatsLike(x.data, N * w);
-    for (let n = 0; n < N; n++) for (let c = 0; c < w; c++) y[n * w + c] = x.data[n * W + from + c];
+    const y = floatsLike(X, N * w);
+    // Row n of the piece is x[n, from : from + w]: a memcpy per row (TypedArray.set) once rows are long
+    // enough to pay for the subarray view, a copy loop below that.
+    if (w >= 64) for (let n = 0, src = from; n < N; n++, src += W) y.set(X.subarray(src, src + w), n * w);
+    else
+      for (let n = 0, src = from, dst = 0; n < N; n++, src += W, dst += w)
+        for (let c = 0; c < w; c++) y[dst + c] = X[src + c];
     const out: Var = opResult(y, [...x.shape.slice(0, -1), w], [x], () => {
       const dy = out.grad!;
       const dx = x.gradBuffer();
-      for (let n = 0; n < N; n++) for (let c = 0; c < w; c++) dx[n * W + from + c] += dy[n * w + c];
+      for (let n = 0, dst = from, src = 0; n < N; n++, dst += W, src += w)
+        for (let c = 0; c < w; c++) dx[dst + c] += dy[src + c];
     });
     outs.push(out);
     start += w;
@@ -226,17 +332,27 @@ export function dropout(x: Var, p: number, generator: Generator): Var {
   if (!(p >= 0 && p < 1)) throw new RangeError(`dropout: p must be in [0, 1), got ${p}`);
   if (p === 0) return x;
   const scaleKept = 1 / (1 - p);
-  const kept = needsGrad([x]) ? new Uint8Array(x.size) : undefined; // 1 = kept, for the tape only
-  const y = floatsLike(x.data, x.size);
-  for (let i = 0; i < x.size; i++) {
-    const keep = generator.random() < p ? 0 : scaleKept;
-    if (kept && keep) kept[i] = 1;
-    y[i] = x.data[i] * keep;
+  const X = x.data;
+  const n = X.length;
+  const kept = needsGrad([x]) ? new Uint8Array(n) : undefined; // 1 = kept, for the tape only
+  const y = floatsLike(X, n);
+  if (kept) {
+    for (let i = 0; i < n; i++) {
+      if (generator.random() < p) {
+        y[i] = X[i] * 0; // NaN and ∞ stay NaN, as the plain product
+      } else {
+        kept[i] = 1;
+        y[i] = X[i] * scaleKept;
+      }
+    }
+  } else {
+    for (let i = 0; i < n; i++) y[i] = X[i] * (generator.random() < p ? 0 : scaleKept);
   }
   const out = opResult(y, x.shape, [x], () => {
     const dy = out.grad!;
     const dx = x.gradBuffer();
-    for (let i = 0; i < x.size; i++) dx[i] += dy[i] * (kept![i] ? scaleKept : 0);
+    const k = kept!;
+    for (let i = 0; i < n; i++) dx[i] += dy[i] * (k[i] ? scaleKept : 0);
   });
   return out;
 }
@@ -245,7 +361,9 @@ export function dropout(x: Var, p: number, generator: Generator): Var {
  * Mean softmax cross-entropy of logits [N, C] against class ids [N]; rows whose target is `ignoreIndex`
  * (default −1) are left out of the mean (as PyTorch's ignore_index). Returns a scalar Var (shape []).
  * Saves each row's log-sum-exp (as its max and Σ exp(x − max), 16 bytes a row), never the [N, C]
- * softmax: backward recomputes softmax = exp(x − max) / Σ row by row from the logits.
+ * softmax: backward recomputes softmax = exp(x − max) / Σ row by row from the logits. Float64 logits get
+ * Math.exp and g·(e/Σ − onehot) exactly (gradient checks); float32 logits fastExp and e·(g/Σ), a few
+ * float64 ulps off before the rounding to float32, which almost never moves that rounding.
  */
 export function crossEntropy(logits: Var, targets: Int32Array, ignoreIndex = -1): Var {
   const C = logits.shape[logits.shape.length - 1];
@@ -256,6 +374,7 @@ export function crossEntropy(logits: Var, targets: Int32Array, ignoreIndex = -1)
     );
   }
   const X = logits.data;
+  const exact = X instanceof Float64Array;
   // [N, 2]: each row's max and Σ exp(x − max), kept only for the tape. Two parts rather than their sum
   // max + log Σ, so the recomputed softmax is bit for bit the one a stored softmax held.
   const stats = needsGrad([logits]) ? new Float64Array(2 * N) : undefined;
@@ -267,10 +386,12 @@ export function crossEntropy(logits: Var, targets: Int32Array, ignoreIndex = -1)
     if (!(t >= 0 && t < C))
       throw new RangeError(`crossEntropy: target ${t} at row ${n} is outside [0, ${C})`);
     const o = n * C;
+    const end = o + C;
     let max = Number.NEGATIVE_INFINITY;
-    for (let c = 0; c < C; c++) max = Math.max(max, X[o + c]);
+    for (let i = o; i < end; i++) max = Math.max(max, X[i]);
     let sum = 0;
-    for (let c = 0; c < C; c++) sum += Math.exp(X[o + c] - max);
+    if (exact) for (let i = o; i < end; i++) sum += Math.exp(X[i] - max);
+    else for (let i = o; i < end; i++) sum += fastExp(X[i] - max);
     if (stats) {
       stats[2 * n] = max;
       stats[2 * n + 1] = sum;
@@ -289,9 +410,21 @@ export function crossEntropy(logits: Var, targets: Int32Array, ignoreIndex = -1)
       const t = targets[n];
       if (t === ignoreIndex) continue;
       const o = n * C;
+      const end = o + C;
+      const target = o + t;
       const max = s[2 * n];
       const sum = s[2 * n + 1];
-      for (let c = 0; c < C; c++) dx[o + c] += g * (Math.exp(X[o + c] - max) / sum - (c === t ? 1 : 0));
+      // g·(softmax − onehot): the target's element apart, so the sweeps carry no compare.
+      if (exact) {
+        for (let i = o; i < target; i++) dx[i] += g * (Math.exp(X[i] - max) / sum);
+        for (let i = target + 1; i < end; i++) dx[i] += g * (Math.exp(X[i] - max) / sum);
+        dx[target] += g * (Math.exp(X[target] - max) / sum - 1);
+      } else {
+        const k = g / sum; // one division a row: float32 grads do not see the last float64 bit
+        for (let i = o; i < target; i++) dx[i] += fastExp(X[i] - max) * k;
+        for (let i = target + 1; i < end; i++) dx[i] += fastExp(X[i] - max) * k;
+        dx[target] += g * (fastExp(X[target] - max) / sum - 1);
+      }
     }
   });
   return out;

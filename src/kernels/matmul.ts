@@ -4,7 +4,7 @@
 // SIMD kernel where it runs). One decision to know: float32 operands get float32 accumulation (as
 // PyTorch's float32 Linear); float64 operands (gradient checks) keep the exact float64 loops below.
 
-import { gemm } from './gemm.js';
+import { type GemmProblem, gemm } from './gemm.js';
 import type { Floats } from './types.js';
 
 const isF32 = (...xs: (Floats | undefined)[]) =>
@@ -26,9 +26,10 @@ export function linear<T extends Floats>(
 ): T {
   const y = (x instanceof Float64Array ? new Float64Array(N * M) : new Float32Array(N * M)) as T;
   if (isF32(x, W, b)) {
-    const w = W.subarray(wRow * K, (wRow + M) * K);
-    const bias = b?.subarray(bOffset, bOffset + M);
-    return gemm({ M: N, N: M, K, a: x, b: w, transA: false, transB: true, bias, precision: 'float32' }, y);
+    return gemm(
+      linearProblem(x, N, K, W.subarray(wRow * K, (wRow + M) * K), M, b?.subarray(bOffset, bOffset + M)),
+      y,
+    );
   }
   for (let n = 0; n < N; n++) {
     const xBase = n * K;
@@ -40,6 +41,21 @@ export function linear<T extends Floats>(
     }
   }
   return y;
+}
+
+/**
+ * The float32 GEMM call of `linear`: y[N, M] = x[N, K]·W[M, K]ᵀ + b[M] (the pool's GEMM jobs use it too,
+ * so a product split over threads is the same product).
+ */
+export function linearProblem(
+  x: Floats,
+  N: number,
+  K: number,
+  W: Floats,
+  M: number,
+  b?: Floats,
+): GemmProblem {
+  return { M: N, N: M, K, a: x, b: W, transA: false, transB: true, bias: b, precision: 'float32' };
 }
 
 /** dx[N, K] += dy[N, M] · W[M, K]: the input gradient of `linear`. */
@@ -88,11 +104,20 @@ export function linearGradWeight(dy: Floats, N: number, M: number, x: Floats, K:
 
 /**
  * db[M] += Σ_n dy[n, M]: the bias gradient of `linear`, summed in float64 row after row (dy is read in
- * storage order, not column by column with a stride of M).
+ * storage order, not column by column with a stride of M). Four rows a sweep, each column's sum still
+ * taking them in row order, so the float64 sums are the row-by-row ones bit for bit.
  */
 export function linearGradBias(dy: Floats, N: number, M: number, db: Floats): void {
   const sums = new Float64Array(M);
-  for (let n = 0; n < N; n++) {
+  let n = 0;
+  for (; n + 4 <= N; n += 4) {
+    const r0 = n * M;
+    const r1 = r0 + M;
+    const r2 = r1 + M;
+    const r3 = r2 + M;
+    for (let m = 0; m < M; m++) sums[m] = sums[m] + dy[r0 + m] + dy[r1 + m] + dy[r2 + m] + dy[r3 + m];
+  }
+  for (; n < N; n++) {
     const row = n * M;
     for (let m = 0; m < M; m++) sums[m] += dy[row + m];
   }
@@ -109,7 +134,8 @@ export function matmul(a: Float32Array, N: number, K: number, b: Float32Array, M
 
 /**
  * [A, B, C, D] → [A, C, B, D]: swaps the two middle axes (e.g. [B, L, H, hd] ↔ [B, H, L, hd]). The
- * result has the input's array type (float32, or float64 in gradient checks).
+ * result has the input's array type (float32, or float64 in gradient checks). x is read in storage order,
+ * one D-long run at a time; with B = 1 or C = 1 the layout does not change and it is one copy.
  */
 export function swapMiddle<T extends Float32Array | Float64Array>(
   x: T,
@@ -119,12 +145,19 @@ export function swapMiddle<T extends Float32Array | Float64Array>(
   D: number,
 ): T {
   const y = (x instanceof Float64Array ? new Float64Array(x.length) : new Float32Array(x.length)) as T;
-  for (let a = 0; a < A; a++)
-    for (let b = 0; b < B; b++)
-      for (let c = 0; c < C; c++) {
-        const from = ((a * B + b) * C + c) * D;
-        const to = ((a * C + c) * B + b) * D;
+  if (B === 1 || C === 1) {
+    y.set(x);
+    return y;
+  }
+  const step = B * D; // from one c to the next in y
+  let from = 0;
+  for (let a = 0; a < A; a++) {
+    const base = a * C * step;
+    for (let b = 0; b < B; b++) {
+      for (let c = 0, to = base + b * D; c < C; c++, to += step, from += D) {
         for (let d = 0; d < D; d++) y[to + d] = x[from + d];
       }
+    }
+  }
   return y;
 }

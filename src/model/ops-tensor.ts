@@ -5,13 +5,12 @@
 
 import { planAttention } from '../attention/plan.js';
 import { runKernel } from '../attention/sdpa.js';
+import { geluValues } from '../autograd/ops.js';
 import { linear as gemm, swapMiddle } from '../kernels/matmul.js';
 import type { Generator } from '../random.js';
 import { sizeOf } from '../shape.js';
 import { Tensor } from '../tensor.js';
 import type { BlockOps } from './block.js';
-
-const GELU_C = Math.sqrt(2 / Math.PI);
 
 /** How many rows of `width` a tensor holds (its leading axes flattened). */
 function rows(x: Tensor, width: number): number {
@@ -46,10 +45,7 @@ export const tensorOps: BlockOps<Tensor> = {
 
   gelu(x) {
     const y = new Float32Array(x.size);
-    for (let i = 0; i < x.size; i++) {
-      const v = x.data[i];
-      y[i] = 0.5 * v * (1 + Math.tanh(GELU_C * (v + 0.044715 * v * v * v)));
-    }
+    geluValues(x.data, y); // the autograd's own loop, so both forwards agree bit for bit
     return new Tensor(y, x.shape);
   },
 
