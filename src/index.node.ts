@@ -8,6 +8,7 @@ export {
   attentionBackwardAsync,
   createRuntime,
   defaultRuntime,
+  MultiHeadAttention,
   scaledDotProductAttentionAsync,
   terminateWorkers,
 } from './threads/node.js';

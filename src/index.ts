@@ -14,11 +14,13 @@ export {
   attentionBackward,
 } from './attention/backward.js';
 export {
+  type MultiHeadAsyncOptions,
   MultiHeadAttention,
   type MultiHeadAttentionOptions,
   type MultiHeadForwardOptions,
   type MultiHeadForwardResult,
 } from './attention/multihead.js';
+export { type PagedAttentionOptions, pagedAttention } from './attention/paged.js';
 export type { AttentionInput, AttentionOptions, CausalOption } from './attention/plan.js';
 export { attentionWeights, scaledDotProductAttention } from './attention/sdpa.js';
 export {
@@ -27,6 +29,8 @@ export {
   type SelfAttentionResult,
 } from './attention/self-attention.js';
 export * as autograd from './autograd/index.js';
+export { KVCache, type KVCacheOptions, type KVCacheUpdate } from './cache/kv-cache.js';
+export { PagedKVCache, type PagedKVCacheOptions } from './cache/paged.js';
 export { fromHalfBits, toHalfBits } from './float16.js';
 export {
   type DecodeSafetensorsOptions,
@@ -37,7 +41,15 @@ export {
 } from './io/safetensors.js';
 export { type KernelName, kernelSupport } from './kernels/registry.js';
 export {
+  argmax,
+  type SamplingOptions,
+  sampleToken,
+  type TokenDistribution,
+  tokenDistribution,
+} from './model/sampling.js';
+export {
   type ForwardOptions,
+  type GenerateOptions,
   parseTransformerConfig,
   TinyTransformer,
   type TransformerConfig,

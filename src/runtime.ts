@@ -19,6 +19,7 @@ import {
   planAttention,
 } from './attention/plan.js';
 import { result, runKernel } from './attention/sdpa.js';
+import { chooseGemmKernel, type GemmProblem, gemm, gemmFallbackFor } from './kernels/gemm.js';
 import { chooseBackward, chooseKernel, fallbackFor, registeredKernels } from './kernels/registry.js';
 import { BufferLayout, type Packed, readBack } from './kernels/transfer.js';
 import { type AttentionOutputs, backwardAll, problemFor } from './kernels/types.js';
@@ -136,7 +137,7 @@ export function createRuntime(options: RuntimeOptions = {}): Runtime {
   if (options.idleMs !== undefined) checkIdle(fn, options.idleMs);
   const runner = new ThreadRunner(platform, options.idleMs);
   const threads = options.threads;
-  return {
+  const runtime: Runtime = {
     platform,
     threads,
     get idleMs() {
@@ -155,6 +156,37 @@ export function createRuntime(options: RuntimeOptions = {}): Runtime {
       backwardAsync(runner, threads, q, k, v, dOut, options),
     terminateWorkers: () => runner.terminate(),
   };
+  layerOps.set(runtime, {
+    forward: (fn, plan, outputs, requested = threads) =>
+      forwardOnThreads(runner, fn, plan, outputs, requested),
+    gemm: (fn, parts, requested = threads) => gemmOnThreads(runner, fn, parts, requested),
+  });
+  return runtime;
+}
+
+/** One product of a GEMM job: `problem`'s C written into `c` (float32). */
+export interface GemmPart {
+  problem: GemmProblem;
+  c: Float32Array;
+}
+
+/**
+ * What layers built on attention (MultiHeadAttention.forwardAsync) run on a runtime's threads: an
+ * attention forward split by row blocks, and matrix products split by rows. Internal: not exported by
+ * the entries; `threads` defaults to the runtime's.
+ */
+export interface LayerOps {
+  forward(fn: string, plan: AttentionPlan, outputs: AttentionOutputs, threads?: number): Promise<void>;
+  gemm(fn: string, parts: readonly GemmPart[], threads?: number): Promise<void>;
+}
+
+const layerOps = new WeakMap<Runtime, LayerOps>();
+
+/** The layer operations of a runtime made by createRuntime; throws naming `fn` for anything else. */
+export function layerOpsOf(fn: string, runtime: Runtime): LayerOps {
+  const ops = layerOps.get(runtime);
+  if (!ops) throw new TypeError(`${fn}: runtime must come from createRuntime, got ${formatValue(runtime)}`);
+  return ops;
 }
 
 /** Below this much work (4·B·Hq·L·S·max(E, Ev) flops) a call runs inline: a round trip costs more. */
@@ -227,6 +259,63 @@ async function forwardOnThreads(
     await runner.run(layout, job, Math.min(threads, tasks), (buffer) =>
       readBack(outputs, args.outputs, buffer),
     );
+  } catch (err) {
+    throw new Error(`${fn}: ${(err as Error).message}`);
+  }
+}
+
+/**
+ * Matrix products on the runtime's workers, each split into blocks of rows of its C (two per thread, so
+ * a slow thread's share is taken over): the same rows as `gemm` computes them, so the same bits; inline
+ * when the work is small or workers cannot run here. Every part must ask for float32 precision.
+ */
+async function gemmOnThreads(
+  runner: ThreadRunner,
+  fn: string,
+  parts: readonly GemmPart[],
+  requested: number | undefined,
+): Promise<void> {
+  let flops = 0;
+  let maxRows = 0;
+  for (const { problem: p } of parts) {
+    const rows = (p.batch ?? 1) * p.M;
+    flops += 2 * rows * p.N * p.K;
+    maxRows = Math.max(maxRows, rows);
+  }
+  const threads = threadsFor(runner, fn, requested, flops, Math.ceil(maxRows / 32));
+  if (threads < 1 || parts.length === 0) {
+    for (const { problem, c } of parts) gemm(problem, c);
+    return;
+  }
+  // One kernel for the job ('auto': WASM where it serves), and the fallback its workers switch to.
+  const kernel = chooseGemmKernel(fn, 'auto', parts[0].problem);
+  const fallback = gemmFallbackFor('auto', kernel, parts[0].problem);
+  const layout = new BufferLayout(HEADER_BYTES);
+  let tasks = 0;
+  const packed = parts.map(({ problem, c }, i) => {
+    const rows = (problem.batch ?? 1) * problem.M;
+    // Multiples of 32 rows (the WASM kernel's row blocks are 128 at most, its tiles 4).
+    const rowsPerTask = Math.max(32, Math.ceil(rows / (2 * threads) / 32) * 32);
+    tasks += Math.ceil(rows / rowsPerTask);
+    return {
+      problem: layout.place(problem, 'copy', `parts[${i}].problem`),
+      c: layout.place(c, problem.accumulate ? 'copy' : 'zero', `parts[${i}].c`),
+      rowsPerTask,
+    };
+  });
+  const job = {
+    op: 'gemm',
+    kernel: kernel.name,
+    fallback: fallback?.name,
+    tasks,
+    args: { parts: packed },
+  } as const;
+  try {
+    await runner.run(layout, job, Math.min(threads, tasks), (buffer) => {
+      parts.forEach(({ c }, i) => {
+        readBack(c, packed[i].c, buffer);
+      });
+    });
   } catch (err) {
     throw new Error(`${fn}: ${(err as Error).message}`);
   }

@@ -91,7 +91,7 @@ describe('scaledDotProductAttentionAsync', () => {
     await expect(pool.run(job('attention.forward', 'no-such-kernel'), 2)).rejects.toThrow(
       "unknown kernel 'no-such-kernel'",
     );
-    await expect(pool.run(job('gemm', 'flash'), 2)).rejects.toThrow("unknown operation 'gemm'");
+    await expect(pool.run(job('conv2d', 'flash'), 2)).rejects.toThrow("unknown operation 'conv2d'");
     pool.terminate();
     // The runtime's pool works.
     const q = Tensor.randn([1, 2, 256, 32], { seed: 5 });

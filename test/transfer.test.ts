@@ -82,6 +82,7 @@ const halfProblem: Required<AttentionProblem> = {
   left: Number.POSITIVE_INFINITY,
   right: 0,
   precision: 'float64',
+  kv: { kind: 'paged', blockSize: 2, blockTable: Int32Array.from([5, 0, 3, 1, 4, 2]), tableStride: 3 },
 };
 
 describe('the serialiser', () => {
@@ -109,6 +110,7 @@ describe('the serialiser', () => {
       v: x,
     };
     delete problem.half;
+    delete problem.kv;
     const { revived, packed } = cross(problem);
     expectSameTree(revived, problem, 'problem');
     expect(packed.k).toEqual(packed.q);

@@ -3,12 +3,16 @@
 // One decision to know: masks use qkv's polarity (nonzero = may attend), not nn.MultiheadAttention's
 // boolean attn_mask (True = blocked); a key padding mask is a mask of shape [B, 1, 1, S].
 
+import { KVCache } from '../cache/kv-cache.js';
+import { linearProblem } from '../kernels/matmul.js';
 import { attentionSublayer } from '../model/block.js';
-import { tensorOps } from '../model/ops-tensor.js';
+import { splitHeads, splitHeadsCached, tensorOps } from '../model/ops-tensor.js';
 import { type AttentionDims, attentionParamSpecs, fillInit, type Init, isPacked } from '../model/params.js';
 import { type RandomOptions, resolveGenerator } from '../random.js';
-import { checkAllocation, checkBoolean, checkInteger, formatShape } from '../shape.js';
+import { type GemmPart, layerOpsOf, type Runtime } from '../runtime.js';
+import { checkAllocation, checkBoolean, checkInteger, formatShape, formatValue, sizeOf } from '../shape.js';
 import { Tensor, type TensorLike, toTensor } from '../tensor.js';
+import { defaultRuntime } from './async.js';
 import { type AttentionOptions, checkBroadcast, checkOptionNames } from './plan.js';
 
 /** Constructor options of MultiHeadAttention. */
@@ -31,6 +35,23 @@ export interface MultiHeadAttentionOptions extends RandomOptions {
 export interface MultiHeadForwardOptions extends Omit<AttentionOptions, 'scale'> {
   /** Also return the per-head attention weights [B, H, L, S]. Default false. */
   needWeights?: boolean;
+  /**
+   * Incremental decoding: this call's projected keys and values are appended to `cache` as layer
+   * `layer`, and the queries attend over everything the layer holds (with `causal: true` the queries are
+   * the newest positions: bottom-right alignment). Masks and biases then broadcast to [B, H, L, S] with S
+   * the keys the layer holds.
+   */
+  cache?: KVCache;
+  /** The cache layer this module is (required with `cache`). */
+  layer?: number;
+}
+
+/** Options of MultiHeadAttention.forwardAsync: those of forward, plus where it runs. */
+export interface MultiHeadAsyncOptions extends MultiHeadForwardOptions {
+  /** Worker threads to use; default the runtime's, else all cores (never more than the cores). */
+  threads?: number;
+  /** The runtime whose workers run the call (createRuntime); default the entry's own. */
+  runtime?: Runtime;
 }
 
 /** What MultiHeadAttention.forward returns. */
@@ -55,6 +76,25 @@ function sameShape(a: readonly number[], b: readonly number[]): boolean {
   return a.length === b.length && a.every((d, i) => d === b[i]);
 }
 const FORWARD = 'MultiHeadAttention.forward';
+const FORWARD_ASYNC = 'MultiHeadAttention.forwardAsync';
+const FORWARD_OPTIONS = [
+  'mask',
+  'bias',
+  'causal',
+  'window',
+  'kernel',
+  'needWeights',
+  'cache',
+  'layer',
+] as const;
+
+/** y = x·Wᵀ + b as one GEMM job part: exactly the product kernels/matmul.ts `linear` hands the GEMM. */
+function linearPart(x: Tensor, weight: Tensor, bias: Tensor | undefined): GemmPart {
+  const [M, K] = weight.shape;
+  const N = K === 0 ? 0 : x.size / K;
+  const problem = linearProblem(x.data, N, K, weight.data, M, bias?.data);
+  return { problem, c: new Float32Array(N * M) };
+}
 
 /**
  * Multi-head attention: project query, key and value, attend per head, concatenate, project out.
@@ -238,13 +278,108 @@ export class MultiHeadAttention {
     value: TensorLike = key,
     options: MultiHeadForwardOptions = {},
   ): MultiHeadForwardResult {
-    checkOptionNames(FORWARD, options, ['mask', 'bias', 'causal', 'window', 'kernel', 'needWeights']);
-    const q = toTensor(query, FORWARD, 'query');
-    const k = toTensor(key, FORWARD, 'key');
-    const v = toTensor(value, FORWARD, 'value');
+    checkOptionNames(FORWARD, options, FORWARD_OPTIONS);
+    const c = this.#prepare(FORWARD, query, key, value, options);
+    const { out, weights } = attentionSublayer(
+      tensorOps,
+      this.#attentionParams(),
+      c.q,
+      { key: c.k, value: c.v },
+      {
+        ...c.attention,
+        numHeads: this.numHeads,
+        numKvHeads: this.numKvHeads,
+        needWeights: c.needWeights,
+        caller: FORWARD,
+        cache: c.cache,
+      },
+    );
+    return c.result(out, weights);
+  }
+
+  /**
+   * `forward` on worker threads: the projections split by rows and the heads' attention split by row
+   * blocks over a runtime's workers (the entry's default runtime unless `runtime` is given). Resolves to
+   * the same result as `forward`, bit for bit; runs inline when the call is small or workers cannot run.
+   *
+   * @example
+   * const { output } = await mha.forwardAsync(x, x, x, { causal: true, threads: 2 });
+   */
+  async forwardAsync(
+    query: TensorLike,
+    key: TensorLike = query,
+    value: TensorLike = key,
+    options: MultiHeadAsyncOptions = {},
+  ): Promise<MultiHeadForwardResult> {
+    checkOptionNames(FORWARD_ASYNC, options, [...FORWARD_OPTIONS, 'threads', 'runtime']);
+    const { threads, runtime = this.runtime, ...forward } = options;
+    if (threads !== undefined) checkInteger(FORWARD_ASYNC, 'threads', threads, 1);
+    const ops = layerOpsOf(FORWARD_ASYNC, runtime);
+    const c = this.#prepare(FORWARD_ASYNC, query, key, value, forward);
+    const { numHeads: H, numKvHeads: Hkv } = this;
+    const [B, L] = c.q.shape;
+    const S = c.k.shape[1];
+    const p = this.#attentionParams();
+    const widths = [p.qProjWeight.shape[0], p.kProjWeight.shape[0], p.vProjWeight.shape[0]];
+    // The in-projections as the block's `attend` computes them (tensorOps.linear: kernels/matmul.ts).
+    const [bq, bk, bv] = p.inProjBias ? tensorOps.splitLast(p.inProjBias, widths) : [];
+    const projections = [
+      linearPart(c.q, p.qProjWeight, bq),
+      linearPart(c.k, p.kProjWeight, bk),
+      linearPart(c.v, p.vProjWeight, bv),
+    ];
+    await ops.gemm(FORWARD_ASYNC, projections, threads);
+    const [q, k, v] = projections.map(({ c: y }, i) => new Tensor(y, [B, i === 0 ? L : S, widths[i]]));
+    // The heads, as tensorOps.attention splits, attends and merges them.
+    const attention = c.attention;
+    const split = c.cache
+      ? splitHeadsCached(FORWARD_ASYNC, q, k, v, H, Hkv, c.cache.cache, c.cache.layer, attention)
+      : splitHeads(FORWARD_ASYNC, q, k, v, H, Hkv, attention);
+    const out = new Float32Array(split.outSize);
+    const weights = c.needWeights ? new Float32Array(sizeOf(split.plan.weightsShape)) : undefined;
+    await ops.forward(FORWARD_ASYNC, split.plan, { out, weights }, threads);
+    const heads = split.merge(out);
+    const final = linearPart(heads, p.outProjWeight, p.outProjBias);
+    await ops.gemm(FORWARD_ASYNC, [final], threads);
+    return c.result(new Tensor(final.c, [B, L, this.embedDim]), weights && new Tensor(weights, [B, H, L, S]));
+  }
+
+  /**
+   * The runtime `forwardAsync` uses when the call names none: the main entry's (Web Workers); the Node
+   * entry's MultiHeadAttention returns its worker_threads runtime here.
+   */
+  protected get runtime(): Runtime {
+    return defaultRuntime;
+  }
+
+  #attentionParams() {
+    return {
+      qProjWeight: this.qProjWeight,
+      kProjWeight: this.kProjWeight,
+      vProjWeight: this.vProjWeight,
+      inProjBias: this.inProjBias,
+      outProjWeight: this.outProjWeight,
+      outProjBias: this.outProjBias,
+    };
+  }
+
+  /**
+   * Checks a forward call and brings it to rank 3: query [B, L, D], key [B, S, kdim], value [B, S, vdim],
+   * the attention options with masks and biases as Tensors, and `result` to undo the rank change.
+   */
+  #prepare(
+    fn: string,
+    query: TensorLike,
+    key: TensorLike,
+    value: TensorLike,
+    options: MultiHeadForwardOptions,
+  ) {
+    const q = toTensor(query, fn, 'query');
+    const k = toTensor(key, fn, 'key');
+    const v = toTensor(value, fn, 'value');
     const shapes = `query ${formatShape(q.shape)}, key ${formatShape(k.shape)}, value ${formatShape(v.shape)}`;
     if (q.rank !== 2 && q.rank !== 3) {
-      throw new RangeError(`${FORWARD}: query must be [B, L, D] or [L, D], got rank ${q.rank} (${shapes})`);
+      throw new RangeError(`${fn}: query must be [B, L, D] or [L, D], got rank ${q.rank} (${shapes})`);
     }
     for (const [name, t, width, dimName] of [
       ['query', q, this.embedDim, 'embedDim'],
@@ -252,55 +387,52 @@ export class MultiHeadAttention {
       ['value', v, this.vdim, 'vdim'],
     ] as const) {
       if (t.rank !== q.rank) {
-        throw new RangeError(
-          `${FORWARD}: ${name} has rank ${t.rank} but query has rank ${q.rank} (${shapes})`,
-        );
+        throw new RangeError(`${fn}: ${name} has rank ${t.rank} but query has rank ${q.rank} (${shapes})`);
       }
       const last = t.shape[t.rank - 1];
       if (last !== width) {
-        throw new RangeError(`${FORWARD}: ${name} has width ${last} but ${dimName}=${width} (${shapes})`);
+        throw new RangeError(`${fn}: ${name} has width ${last} but ${dimName}=${width} (${shapes})`);
       }
     }
     const batched = q.rank === 3;
     const B = batched ? q.shape[0] : 1;
     if (batched && (k.shape[0] !== B || v.shape[0] !== B)) {
-      throw new RangeError(`${FORWARD}: query, key and value must have the same batch size (${shapes})`);
+      throw new RangeError(`${fn}: query, key and value must have the same batch size (${shapes})`);
     }
     const L = q.shape[q.rank - 2];
     const S = k.shape[k.rank - 2];
     if (v.shape[v.rank - 2] !== S) {
-      throw new RangeError(`${FORWARD}: value has S=${v.shape[v.rank - 2]} but key has S=${S} (${shapes})`);
+      throw new RangeError(`${fn}: value has S=${v.shape[v.rank - 2]} but key has S=${S} (${shapes})`);
     }
-    const { numHeads: H, numKvHeads: Hkv, embedDim: D } = this;
-
-    const { needWeights = false, ...attention } = options;
+    const { numHeads: H, embedDim: D } = this;
+    const { needWeights = false, cache, layer, ...attention } = options;
+    if (cache !== undefined && !(cache instanceof KVCache)) {
+      throw new TypeError(`${fn}: cache must be a KVCache, got ${formatValue(cache)}`);
+    }
+    if (cache) checkInteger(fn, 'layer', layer, 0);
+    else if (layer !== undefined) throw new TypeError(`${fn}: layer is given without a cache`);
     // Convert nested-array masks and biases once, here, rather than in both checks below.
-    if (attention.mask !== undefined) attention.mask = toTensor(attention.mask, FORWARD, 'mask');
-    if (attention.bias !== undefined) attention.bias = toTensor(attention.bias, FORWARD, 'bias');
-    const target = batched ? [B, H, L, S] : [H, L, S];
-    const targetName = batched ? '[B, H, L, S]' : '[H, L, S]';
-    checkBroadcast(FORWARD, 'mask', attention.mask, target, targetName, shapes);
-    checkBroadcast(FORWARD, 'bias', attention.bias, target, targetName, shapes);
-
-    // The shared attention sublayer: projections, split heads, attention, merge heads, output projection.
+    if (attention.mask !== undefined) attention.mask = toTensor(attention.mask, fn, 'mask');
+    if (attention.bias !== undefined) attention.bias = toTensor(attention.bias, fn, 'bias');
+    if (!cache) {
+      // With a cache S is what the layer will hold: the plan over its storage checks them then.
+      const target = batched ? [B, H, L, S] : [H, L, S];
+      const targetName = batched ? '[B, H, L, S]' : '[H, L, S]';
+      checkBroadcast(fn, 'mask', attention.mask, target, targetName, shapes);
+      checkBroadcast(fn, 'bias', attention.bias, target, targetName, shapes);
+    }
     const rows3 = (t: Tensor) => (batched ? t : new Tensor(t.data, [1, ...t.shape])); // [L, ·] → [1, L, ·]
-    const { out, weights } = attentionSublayer(
-      tensorOps,
-      {
-        qProjWeight: this.qProjWeight,
-        kProjWeight: this.kProjWeight,
-        vProjWeight: this.vProjWeight,
-        inProjBias: this.inProjBias,
-        outProjWeight: this.outProjWeight,
-        outProjBias: this.outProjBias,
-      },
-      rows3(q),
-      { key: rows3(k), value: rows3(v) },
-      { ...attention, numHeads: H, numKvHeads: Hkv, needWeights, caller: FORWARD },
-    );
     return {
-      output: batched ? out : new Tensor(out.data, [L, D]),
-      weights: weights && (batched ? weights : new Tensor(weights.data, [H, L, S])),
+      q: rows3(q),
+      k: rows3(k),
+      v: rows3(v),
+      attention,
+      needWeights,
+      cache: cache && { cache, layer: layer as number },
+      result: (out: Tensor, weights: Tensor | undefined): MultiHeadForwardResult => ({
+        output: batched ? out : new Tensor(out.data, [L, D]),
+        weights: weights && (batched ? weights : new Tensor(weights.data, [H, L, S])),
+      }),
     };
   }
 

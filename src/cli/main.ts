@@ -8,6 +8,7 @@ export type { CliIO } from './args.js';
 
 import { type DemoConfig, runDemo } from './demo.js';
 import { evalCommand } from './eval.js';
+import { generateCommand } from './generate.js';
 import { trainCommand } from './train.js';
 import { viz } from './viz.js';
 
@@ -21,10 +22,11 @@ Usage:
   qkv viz --out <file>   one attention heatmap (the playground's step-through) as SVG or PNG
   qkv train --task <t>   train a tiny transformer: pronoun, copy, reverse, scaling (§4.2)
   qkv eval --task <t>    accuracy and "it" → noun attention of a trained pronoun checkpoint
+  qkv generate --model <file> --prompt <text>   continue a prompt with a trained decoder
   qkv --help             this help
   qkv --version          the version
 
-Run 'qkv <command> --help' (demo, viz, train, eval) for its options.
+Run 'qkv <command> --help' (demo, viz, train, eval, generate) for its options.
 `;
 
 const DEMO_HELP = `qkv demo: run self-attention on seeded token embeddings and print the attention matrix
@@ -61,7 +63,10 @@ export function main(argv: string[], io: CliIO): number | Promise<number> {
     if (command === 'viz') return viz(rest, io);
     if (command === 'train') return trainCommand(rest, io);
     if (command === 'eval') return evalCommand(rest, io);
-    throw new UsageError(`unknown command '${command}' (commands: demo, viz, train, eval; see qkv --help)`);
+    if (command === 'generate') return generateCommand(rest, io);
+    throw new UsageError(
+      `unknown command '${command}' (commands: demo, viz, train, eval, generate; see qkv --help)`,
+    );
   } catch (err) {
     if (err instanceof UsageError) {
       io.stderr.write(`qkv: ${err.message}\n`);

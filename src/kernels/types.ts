@@ -32,8 +32,13 @@ export interface AttentionProblem {
   q: Float32Array;
   /** [B, Hkv, S, E] */
   k: Float32Array;
-  /** [B, Hkv, S, Ev]; empty when only weights are asked for. */
+  /** [B, Hkv, S, Ev]; empty when only weights are asked for. Stored as `kv` says when it is given. */
   v: Float32Array;
+  /**
+   * How k and v (and a backward's dk, dv) are stored when not densely as [B, Hkv, S, ·]: a KV cache's
+   * storage or a paged pool. Only kvRow/kvRun (visibility.ts) read it; absent = dense.
+   */
+  kv?: KvLayout;
   scale: number;
   /** Nonzero = may attend. */
   mask?: BroadcastView;
@@ -55,6 +60,18 @@ export interface AttentionProblem {
    */
   precision: Precision;
 }
+
+/**
+ * Where key j of key/value head (b, hk) is stored (a row of E numbers in k, of Ev in v), for storage that
+ * is not dense [B, Hkv, S, ·]. Plain data (numbers and an Int32Array), so a problem still crosses threads.
+ * - 'strided': storage [B, Hkv, stride, ·] with key j at slot (start + j) mod stride of its head: a KV
+ *   cache's preallocated rows (start 0), or a ring buffer that wrapped (start = the oldest key's slot).
+ * - 'paged': a pool [numBlocks, Hkv, blockSize, ·]; key j of batch item b is in physical block
+ *   blockTable[b·tableStride + ⌊j / blockSize⌋], row j mod blockSize of its head.
+ */
+export type KvLayout =
+  | { kind: 'strided'; stride: number; start: number }
+  | { kind: 'paged'; blockSize: number; blockTable: Int32Array; tableStride: number };
 
 /** See AttentionProblem.precision. */
 export type Precision = 'float32' | 'float64';
@@ -81,8 +98,10 @@ export interface BackwardInputs {
 
 /**
  * What a backward kernel writes. dq, dk and dv are overwritten: a task writes exactly the rows of its
- * key/value head and of the query heads that share it. dbias is accumulated (+=): tasks of different
- * heads may share a broadcast bias element, so a parallel runner gives each thread its own and sums.
+ * key/value head and of the query heads that share it (dk and dv are stored like k and v, through kvRow
+ * when the problem has a `kv` layout, whose rows must then belong to one key/value head each). dbias is
+ * accumulated (+=): tasks of different heads may share a broadcast bias element, so a parallel runner
+ * gives each thread its own and sums.
  */
 export interface AttentionGrads {
   /** [B, Hq, L, E] */

@@ -1,6 +1,7 @@
 // The one visibility rule of every kernel, JS and WASM: which key a query sees (band, then mask), and
 // how a tile of the score matrix classifies (FlexAttention's BlockMask idea): empty tiles are skipped,
-// full tiles need no per-key test, partial tiles test each key. And where key j of a head is stored.
+// full tiles need no per-key test, partial tiles test each key. And where key j of a head is stored
+// (kvRow/kvRun: dense, a KV cache's strided or ring storage, or a paged pool).
 // One decision to know: the band (causal alignment + window) is three numbers, so the WASM kernel
 // receives it as data (shift, left, right) and evaluates the same rule; masks stay per-element.
 
@@ -73,24 +74,40 @@ export function classifyBlock(
   return !p.mask && j0 >= innerLo && j1 - 1 <= innerHi ? 'full' : 'partial';
 }
 
+/** The fields kvRow and kvRun read. */
+export type KvShape = Pick<AttentionProblem, 'Hkv' | 'S' | 'kv'>;
+
 /**
  * The storage row of key j of key/value head (b, hk): key j's E numbers start at kvRow·E in `k` and its
- * Ev values at kvRow·Ev in `v`. Dense [B, Hkv, S, ·] today; this is the one function a cached or paged
- * layout changes (kernels never compute K/V addresses themselves).
+ * Ev values at kvRow·Ev in `v`. Dense [B, Hkv, S, ·] unless the problem has a `kv` layout (a cache's
+ * strided or ring storage, a paged pool; see KvLayout): this is the one function a layout changes
+ * (kernels never compute K/V addresses themselves).
  */
-export function kvRow(p: Pick<AttentionProblem, 'Hkv' | 'S'>, b: number, hk: number, j: number): number {
-  return (b * p.Hkv + hk) * p.S + j;
+export function kvRow(p: KvShape, b: number, hk: number, j: number): number {
+  const kv = p.kv;
+  if (kv === undefined) return (b * p.Hkv + hk) * p.S + j;
+  if (kv.kind === 'strided') {
+    const slot = kv.start + j; // start < stride and j < S ≤ stride: one subtraction wraps the ring
+    return (b * p.Hkv + hk) * kv.stride + (slot >= kv.stride ? slot - kv.stride : slot);
+  }
+  const bs = kv.blockSize;
+  const n = Math.floor(j / bs);
+  return (kv.blockTable[b * kv.tableStride + n] * p.Hkv + hk) * bs + (j - n * bs);
 }
 
-/** How many keys from j on (up to `end`) are stored in consecutive rows (all of them, densely). */
-export function kvRun(
-  _p: Pick<AttentionProblem, 'Hkv' | 'S'>,
-  _b: number,
-  _hk: number,
-  j: number,
-  end: number,
-): number {
-  return end - j;
+/**
+ * How many keys from j on (up to `end`) are stored in consecutive rows: all of them densely; up to the
+ * ring's wrap for a strided layout; up to the end of j's block for a paged one (a block boundary ends a
+ * run even when the next block happens to follow it). Copy loops go run by run (the WASM kernel's K/V load).
+ */
+export function kvRun(p: KvShape, _b: number, _hk: number, j: number, end: number): number {
+  const kv = p.kv;
+  if (kv === undefined) return end - j;
+  if (kv.kind === 'strided') {
+    const slot = (kv.start + j) % kv.stride;
+    return Math.min(end - j, kv.stride - slot);
+  }
+  return Math.min(end - j, kv.blockSize - (j % kv.blockSize));
 }
 
 /** The query head pair (b, h) of `bh` = b·Hq + h, and its key/value head hk (PyTorch's enable_gqa mapping). */

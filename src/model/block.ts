@@ -6,6 +6,7 @@
 // Shape letters: B batch, L queries, S keys, D model width, H heads, E and Ev per-head query/key and value widths.
 
 import type { AttentionOptions } from '../attention/plan.js';
+import type { KVCache } from '../cache/kv-cache.js';
 import type { Generator } from '../random.js';
 import type { Tensor } from '../tensor.js';
 
@@ -56,6 +57,12 @@ export interface BlockAttentionOptions extends AttentionOptions {
   needWeights?: boolean;
   /** The public function errors name (the Tensor ops; the autograd's op names itself). */
   caller?: string;
+  /**
+   * Incremental decoding: this layer's keys and values are appended to `cache` (as `layer`) and the
+   * queries attend over everything it holds (causal alignment bottom-right: the new queries are the
+   * newest positions). Inference only: the autograd's op refuses it when a gradient is needed.
+   */
+  cache?: { cache: KVCache; layer: number };
 }
 
 /** The ops a block is written in. T is a Var (autograd) or a Tensor (inference); shapes as in the comments. */

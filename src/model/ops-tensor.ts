@@ -3,9 +3,10 @@
 // what its autograd twin computes (float64 sums, the same order), so a Tensor forward and a Var forward
 // of the same weights agree bit for bit (test/block.test.ts) — the trace shows what training computed.
 
-import { planAttention } from '../attention/plan.js';
+import { type AttentionOptions, type AttentionPlan, planAttention } from '../attention/plan.js';
 import { runKernel } from '../attention/sdpa.js';
 import { geluValues } from '../autograd/ops.js';
+import { type KVCache, planCachedAttention } from '../cache/kv-cache.js';
 import { linear as gemm, swapMiddle } from '../kernels/matmul.js';
 import type { Generator } from '../random.js';
 import { sizeOf } from '../shape.js';
@@ -15,6 +16,65 @@ import type { BlockOps } from './block.js';
 /** How many rows of `width` a tensor holds (its leading axes flattened). */
 function rows(x: Tensor, width: number): number {
   return width === 0 ? 0 : x.size / width;
+}
+
+/**
+ * The heads of q [B, L, H·E], k [B, S, Hkv·E], v [B, S, Hkv·Ev] split to [B, H, L, E] … and planned as
+ * one attention call; `merge` turns its output [B, H, L, Ev] back into [B, L, H·Ev]. The one place the
+ * Tensor forward and MultiHeadAttention.forwardAsync split and merge heads.
+ */
+export function splitHeads(
+  caller: string,
+  q: Tensor,
+  k: Tensor,
+  v: Tensor,
+  H: number,
+  Hkv: number,
+  options: AttentionOptions,
+): { plan: AttentionPlan; outSize: number; merge(out: Float32Array): Tensor } {
+  const [B, L, QW] = q.shape;
+  const S = k.shape[1];
+  const E = QW / H;
+  const Ek = k.shape[2] / Hkv;
+  const Ev = v.shape[2] / Hkv;
+  const qh = new Tensor(swapMiddle(q.data, B, L, H, E), [B, H, L, E]);
+  const kh = new Tensor(swapMiddle(k.data, B, S, Hkv, Ek), [B, Hkv, S, Ek]);
+  const vh = new Tensor(swapMiddle(v.data, B, S, Hkv, Ev), [B, Hkv, S, Ev]);
+  return {
+    plan: planAttention(caller, qh, kh, vh, options),
+    outSize: B * H * L * Ev,
+    merge: (out) => new Tensor(swapMiddle(out, B, H, L, Ev), [B, L, H * Ev]),
+  };
+}
+
+/**
+ * splitHeads for a cached step: k and v (this step's keys and values) are appended to `cache` at `layer`
+ * and the plan reads every key the layer holds in place (KVCache's storage; no copy of the prefix).
+ */
+export function splitHeadsCached(
+  caller: string,
+  q: Tensor,
+  k: Tensor,
+  v: Tensor,
+  H: number,
+  Hkv: number,
+  cache: KVCache,
+  layer: number,
+  options: AttentionOptions,
+): { plan: AttentionPlan; outSize: number; merge(out: Float32Array): Tensor } {
+  const [B, L, QW] = q.shape;
+  const Lk = k.shape[1];
+  const E = QW / H;
+  const Ev = v.shape[2] / Hkv;
+  const qh = new Tensor(swapMiddle(q.data, B, L, H, E), [B, H, L, E]);
+  const kh = new Tensor(swapMiddle(k.data, B, Lk, Hkv, k.shape[2] / Hkv), [B, Hkv, Lk, k.shape[2] / Hkv]);
+  const vh = new Tensor(swapMiddle(v.data, B, Lk, Hkv, Ev), [B, Hkv, Lk, Ev]);
+  cache.update(layer, kh, vh);
+  return {
+    plan: planCachedAttention(caller, qh, cache, layer, options),
+    outSize: B * H * L * Ev,
+    merge: (out) => new Tensor(swapMiddle(out, B, H, L, Ev), [B, L, H * Ev]),
+  };
 }
 
 /** The block forward's ops on Tensors ([..., D] for the row-wise ops; [B, L, H·E] for attention). */
@@ -69,25 +129,23 @@ export const tensorOps: BlockOps<Tensor> = {
   },
 
   attention(q, k, v, options) {
-    const { numHeads: H, numKvHeads: Hkv = H, needWeights = false, caller = 'attention', ...sdpa } = options;
-    const [B, L, QW] = q.shape;
-    const S = k.shape[1];
-    const E = QW / H;
-    const Ek = k.shape[2] / Hkv;
-    const Ev = v.shape[2] / Hkv;
-    // Split heads: [B, L, H, E] → [B, H, L, E].
-    const qh = new Tensor(swapMiddle(q.data, B, L, H, E), [B, H, L, E]);
-    const kh = new Tensor(swapMiddle(k.data, B, S, Hkv, Ek), [B, Hkv, S, Ek]);
-    const vh = new Tensor(swapMiddle(v.data, B, S, Hkv, Ev), [B, Hkv, S, Ev]);
-    const plan = planAttention(caller, qh, kh, vh, sdpa);
-    const out = new Float32Array(B * H * L * Ev);
-    const weights = needWeights ? new Float32Array(sizeOf(plan.weightsShape)) : undefined;
-    runKernel(caller, plan, { out, weights });
-    // Merge heads: [B, H, L, Ev] → [B, L, H·Ev].
-    return {
-      out: new Tensor(swapMiddle(out, B, H, L, Ev), [B, L, H * Ev]),
-      weights: weights && new Tensor(weights, [B, H, L, S]),
-    };
+    const {
+      numHeads: H,
+      numKvHeads: Hkv = H,
+      needWeights = false,
+      caller = 'attention',
+      cache,
+      ...sdpa
+    } = options;
+    const split = cache
+      ? splitHeadsCached(caller, q, k, v, H, Hkv, cache.cache, cache.layer, sdpa)
+      : splitHeads(caller, q, k, v, H, Hkv, sdpa);
+    const out = new Float32Array(split.outSize);
+    const weights = needWeights ? new Float32Array(sizeOf(split.plan.weightsShape)) : undefined;
+    runKernel(caller, split.plan, { out, weights });
+    // [B, H, L, S]: with a cache S is every key the layer holds, not this step's k.
+    const weightsTensor = weights && new Tensor(weights, [q.shape[0], H, q.shape[1], split.plan.problem.S]);
+    return { out: split.merge(out), weights: weightsTensor };
   },
 
   dropout(x, p, generator: Generator) {

@@ -8,8 +8,9 @@
 
 import { add, embedding, layerNorm, linear, scale } from '../autograd/ops.js';
 import { constant, type Floats, parameter, type Var } from '../autograd/var.js';
+import { KVCache } from '../cache/kv-cache.js';
 import { sinusoidalPositionalEncoding } from '../position/sinusoidal.js';
-import { Generator, isGenerator } from '../random.js';
+import { Generator, isGenerator, resolveGenerator } from '../random.js';
 import {
   checkAllocation,
   checkBoolean,
@@ -20,8 +21,10 @@ import {
 } from '../shape.js';
 import { Tensor } from '../tensor.js';
 import { transformerBlock } from './block.js';
+import { tensorOps } from './ops-tensor.js';
 import { varOps } from './ops-var.js';
 import { blockParamsFrom, fillInit, transformerParamSpecs } from './params.js';
+import { checkSampling, type SamplingOptions, sampleToken } from './sampling.js';
 
 /** Shape of a TinyTransformer. */
 export interface TransformerConfig {
@@ -50,8 +53,28 @@ export interface ForwardOptions {
   /** Apply dropout (needs `generator`). Default false. */
   training?: boolean;
   generator?: Generator;
-  /** Return every layer's attention weights [B, H, L, L]. */
+  /** Return every layer's attention weights [B, H, L, L] ([B, H, L, S] with a cache). */
   needWeights?: boolean;
+  /**
+   * Incremental decoding: ids are the next L tokens of the sequences whose earlier tokens `cache` holds
+   * (positions continue from `cache.length`); their keys and values are appended. Runs the inference
+   * path (no autograd tape, no gradient); logits equal the full forward's for these positions (≤ 1e-5).
+   */
+  cache?: KVCache;
+}
+
+/** Options of TinyTransformer.generate. */
+export interface GenerateOptions extends SamplingOptions {
+  /** Tokens to generate (at most; fewer when a stop token comes). prompt length + this must be ≤ maxLen. */
+  maxNewTokens: number;
+  /** Seed of the sampling generator (the same seed, the same tokens). Default: the library's default generator. */
+  seed?: number;
+  /** Keep keys and values in a KVCache (default true); false recomputes the whole prefix each token. */
+  useCache?: boolean;
+  /** A token id (or ids) that ends generation; it is included in the result. */
+  stop?: number | readonly number[];
+  /** Called with each new token as it is chosen (its id and its index among the new tokens). */
+  onToken?: (id: number, index: number) => void;
 }
 
 const FN = 'TinyTransformer';
@@ -144,8 +167,8 @@ export class TinyTransformer {
         throw new RangeError(`${fwd}: ids[${i}] = ${ids[i]} is outside [0, vocabSize=${vocabSize})`);
       }
     }
-    checkOptionNames(fwd, options, ['mask', 'training', 'generator', 'needWeights']);
-    const { mask, training = false, generator, needWeights = false } = options;
+    checkOptionNames(fwd, options, ['mask', 'training', 'generator', 'needWeights', 'cache']);
+    const { mask, training = false, generator, needWeights = false, cache } = options;
     checkBoolean(fwd, 'training', training);
     checkBoolean(fwd, 'needWeights', needWeights);
     if (generator !== undefined && !isGenerator(generator)) {
@@ -158,6 +181,13 @@ export class TinyTransformer {
     }
     const pDrop = training ? this.config.dropout : 0;
     if (pDrop > 0 && !generator) throw new Error(`${fwd}: training with dropout needs a generator`);
+    if (cache !== undefined) {
+      this.#checkCache(fwd, cache, L);
+      if (mask !== undefined) throw new TypeError(`${fwd}: mask is not supported with a cache`);
+      if (training) throw new TypeError(`${fwd}: a cached forward is inference only (training: true given)`);
+      const { logits, weights } = this.#infer(ids, B, L, cache, needWeights);
+      return { logits: constant(logits, [B, L, vocabSize]), weights };
+    }
 
     const pos = constant(this.positions.subarray(0, L * D), [L, D]);
     let x = add(scale(embedding(this.p('embedding.weight'), ids, [B, L]), Math.sqrt(D)), pos); // [B, L, D]
@@ -175,6 +205,168 @@ export class TinyTransformer {
     x = layerNorm(x, this.p('norm.weight'), this.p('norm.bias'));
     const logits = linear(x, this.p('embedding.weight')); // tied head: [B, L, V]
     return { logits, weights };
+  }
+
+  /**
+   * Generates up to `maxNewTokens` tokens after `prompt` (one sequence), sampling each from the last
+   * position's logits (temperature 0: greedy). Returns the new tokens only. With `useCache` (default) each
+   * step runs one token against a KVCache; without it, the whole sequence again — the same tokens.
+   *
+   * @example
+   * const ids = model.generate(Int32Array.of(1, 2, 3), { maxNewTokens: 20, temperature: 0.8, topK: 40, seed: 1 });
+   */
+  generate(prompt: Int32Array | readonly number[], options: GenerateOptions): Int32Array {
+    const fn = `${FN}.generate`;
+    const { vocabSize, maxLen, causal } = this.config;
+    if (options === null || typeof options !== 'object') {
+      throw new TypeError(`${fn}: options must be an object with maxNewTokens, got ${formatValue(options)}`);
+    }
+    checkOptionNames(fn, options, [
+      'maxNewTokens',
+      'temperature',
+      'topK',
+      'topP',
+      'seed',
+      'useCache',
+      'stop',
+      'onToken',
+    ]);
+    const { maxNewTokens, useCache = true, stop, onToken } = options;
+    if (!causal)
+      throw new TypeError(`${fn}: this model is an encoder (causal: false); only a decoder generates`);
+    const ids = Int32Array.from(prompt as ArrayLike<number>);
+    if (ids.length === 0) throw new RangeError(`${fn}: prompt is empty; give at least one token`);
+    for (let i = 0; i < ids.length; i++) {
+      if (!(ids[i] >= 0 && ids[i] < vocabSize) || ids[i] !== (prompt as ArrayLike<number>)[i]) {
+        throw new RangeError(
+          `${fn}: prompt[${i}] = ${formatValue((prompt as ArrayLike<number>)[i])} is not a token id in [0, vocabSize=${vocabSize})`,
+        );
+      }
+    }
+    checkInteger(fn, 'maxNewTokens', maxNewTokens, 0);
+    if (ids.length + maxNewTokens > maxLen) {
+      throw new RangeError(
+        `${fn}: prompt (${ids.length} tokens) + maxNewTokens (${maxNewTokens}) = ${ids.length + maxNewTokens} is longer than maxLen=${maxLen}`,
+      );
+    }
+    checkSampling(fn, options);
+    checkBoolean(fn, 'useCache', useCache);
+    const stops = new Set(stop === undefined ? [] : typeof stop === 'number' ? [stop] : [...stop]);
+    for (const id of stops) {
+      if (!Number.isInteger(id))
+        throw new TypeError(`${fn}: stop must be token ids, got ${formatValue(stop)}`);
+    }
+    if (onToken !== undefined && typeof onToken !== 'function') {
+      throw new TypeError(`${fn}: onToken must be a function, got ${formatValue(onToken)}`);
+    }
+    const generator = resolveGenerator({ seed: options.seed }, fn);
+    const sampling = { temperature: options.temperature, topK: options.topK, topP: options.topP };
+
+    const V = vocabSize;
+    const out = new Int32Array(maxNewTokens);
+    if (maxNewTokens === 0) return out;
+    const { numLayers, numHeads, dModel } = this.config;
+    const cache = useCache
+      ? new KVCache({
+          numLayers,
+          numKvHeads: numHeads,
+          headDim: dModel / numHeads,
+          maxLength: ids.length + maxNewTokens,
+        })
+      : undefined;
+    const seq = new Int32Array(ids.length + maxNewTokens);
+    seq.set(ids);
+    let n = ids.length;
+    // The prompt in one step (the prefill), then one token per step.
+    let logits = this.#infer(ids, 1, n, cache, false).logits;
+    let made = 0;
+    while (made < maxNewTokens) {
+      const id = sampleToken(logits.subarray(logits.length - V), sampling, generator);
+      out[made++] = id;
+      seq[n++] = id;
+      onToken?.(id, made - 1);
+      if (stops.has(id) || made === maxNewTokens) break;
+      logits = cache
+        ? this.#infer(Int32Array.of(id), 1, 1, cache, false).logits
+        : this.#infer(seq.subarray(0, n), 1, n, undefined, false).logits;
+    }
+    return out.slice(0, made);
+  }
+
+  /** Checks a cache against this model's shape and that `L` more tokens fit in maxLen. */
+  #checkCache(fn: string, cache: unknown, L: number): asserts cache is KVCache {
+    if (!(cache instanceof KVCache))
+      throw new TypeError(`${fn}: cache must be a KVCache, got ${formatValue(cache)}`);
+    const { numLayers, numHeads, dModel, maxLen, causal } = this.config;
+    const want = `numLayers ${numLayers}, numKvHeads ${numHeads}, headDim ${dModel / numHeads}`;
+    const got = `numLayers ${cache.numLayers}, numKvHeads ${cache.numKvHeads}, headDim ${cache.headDim}, valueDim ${cache.valueDim}`;
+    if (
+      cache.numLayers !== numLayers ||
+      cache.numKvHeads !== numHeads ||
+      cache.headDim !== dModel / numHeads ||
+      cache.valueDim !== dModel / numHeads
+    ) {
+      throw new RangeError(`${fn}: the cache does not fit this model (cache: ${got}; model: ${want})`);
+    }
+    if (!causal)
+      throw new TypeError(`${fn}: a cache serves a decoder (causal: true); this model is an encoder`);
+    if (cache.length + L > maxLen) {
+      throw new RangeError(
+        `${fn}: the cache holds ${cache.length} tokens; ${L} more would pass maxLen=${maxLen} (the positional table)`,
+      );
+    }
+  }
+
+  /**
+   * The forward for inference, on Tensors (ops-tensor.ts: no tape, float32): logits [B, L, V] as a flat
+   * array, and each layer's weights when asked for. With a cache, positions start at cache.length and
+   * every layer appends its keys and values.
+   */
+  #infer(
+    ids: Int32Array,
+    B: number,
+    L: number,
+    cache: KVCache | undefined,
+    needWeights: boolean,
+  ): { logits: Float32Array; weights: Tensor[] } {
+    const { dModel: D, numHeads: H, causal, scaleScores } = this.config;
+    const tensors = new Map<string, Tensor>();
+    for (const [name, v] of this.params) {
+      const data = v.data instanceof Float32Array ? v.data : Float32Array.from(v.data);
+      tensors.set(name, new Tensor(data, v.shape));
+    }
+    const get = (name: string) => tensors.get(name)!;
+    // The embedding ×√D + positions, rounded to float32 at each step as the autograd's ops store them.
+    const table = get('embedding.weight').data;
+    const offset = cache ? cache.length : 0;
+    const positions = this.positions;
+    const c = Math.sqrt(D);
+    const x0 = new Float32Array(B * L * D);
+    for (let r = 0; r < B * L; r++) {
+      const t = ids[r] * D;
+      const p = (offset + (r % L)) * D;
+      for (let d = 0; d < D; d++) {
+        x0[r * D + d] = table[t + d] * c;
+        x0[r * D + d] += positions[p + d];
+      }
+    }
+    let x = new Tensor(x0, [B, L, D]);
+    const weights: Tensor[] = [];
+    for (let l = 0; l < this.config.numLayers; l++) {
+      const attention = {
+        numHeads: H,
+        causal,
+        scale: scaleScores ? undefined : 1,
+        needWeights,
+        caller: `${FN}.forward`,
+        cache: cache && { cache, layer: l },
+      };
+      const block = transformerBlock(tensorOps, blockParamsFrom(get, `layers.${l}.`), x, { attention });
+      if (block.weights) weights.push(block.weights);
+      x = block.x;
+    }
+    x = tensorOps.layerNorm(x, get('norm.weight'), get('norm.bias'));
+    return { logits: tensorOps.linear(x, get('embedding.weight')).data, weights };
   }
 
   /** Float32 copies of the parameters by name (PyTorch's state_dict()). */

@@ -5,6 +5,7 @@
 
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
+import { MultiHeadAttention as BrowserMultiHeadAttention } from '../attention/multihead.js';
 import { createRuntime as createRuntimeOn, type Runtime, type RuntimeOptions } from '../runtime.js';
 import type { Platform, PoolWorker } from './pool.js';
 import type { FromWorker } from './protocol.js';
@@ -44,3 +45,13 @@ export const defaultRuntime: Runtime = /* @__PURE__ */ createRuntime();
 export const scaledDotProductAttentionAsync = defaultRuntime.scaledDotProductAttentionAsync;
 export const attentionBackwardAsync = defaultRuntime.attentionBackwardAsync;
 export const terminateWorkers = defaultRuntime.terminateWorkers;
+
+/**
+ * MultiHeadAttention as the Node entry exports it: `forwardAsync` defaults to this entry's worker_threads
+ * runtime (the class is otherwise the main entry's, which defaults to Web Workers).
+ */
+export class MultiHeadAttention extends BrowserMultiHeadAttention {
+  protected override get runtime(): Runtime {
+    return defaultRuntime;
+  }
+}

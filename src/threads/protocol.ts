@@ -4,6 +4,7 @@
 // because causal and windowed calls give rows very different amounts of work; an operation is one entry
 // in each of two tables (JobArgs here, the worker's runners in worker-core.ts), never a protocol edit.
 
+import type { GemmProblem } from '../kernels/gemm-types.js';
 import type { Packed } from '../kernels/transfer.js';
 import type {
   AttentionGrads,
@@ -27,6 +28,12 @@ export interface JobArgs {
     grads: Omit<AttentionGrads, 'dbias'>;
     dbiasParts?: Float64Array;
   };
+  /**
+   * Matrix products, each split into blocks of rows of its C: the tasks of part 0 come first (⌈rows /
+   * rowsPerTask⌉ of them, rows = batch·M), then those of part 1, and so on. Every part runs on the job's
+   * GEMM kernel; a product's C is written only by the tasks of its rows.
+   */
+  gemm: { parts: { problem: GemmProblem; c: Float32Array; rowsPerTask: number }[] };
 }
 
 export type Op = keyof JobArgs;

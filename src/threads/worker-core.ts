@@ -3,9 +3,10 @@
 // One decision to know: a new operation (GEMM) is one entry in RUNNERS; the claiming, cancelling and
 // reporting here serve every operation alike.
 
+import { chooseGemmKernel, type GemmKernelName } from '../kernels/gemm.js';
 import { kernelByName } from '../kernels/registry.js';
 import { revive } from '../kernels/transfer.js';
-import { type AttentionKernel, rowRunner } from '../kernels/types.js';
+import { type AttentionKernel, KernelResourceError, rowRunner } from '../kernels/types.js';
 import { type FromWorker, HEADER, type Job, type JobArgs, type Op, type ToWorker } from './protocol.js';
 
 /** Runs one worker's share of a job: `next()` claims a task (−1 when none is left), `ticket` is 0, 1, … */
@@ -40,6 +41,37 @@ const RUNNERS: { [O in Op]: Runner<O> } = {
     const dbias = dbiasParts?.subarray(ticket * n, (ticket + 1) * n);
     const mine = { ...grads, dbias };
     for (let task = next(); task !== -1; task = next()) backward.task(problem, inputs, mine, task);
+  },
+
+  gemm(job, { parts }, next) {
+    // Task t → (part, block of rows): the parts' task counts laid end to end.
+    const first: number[] = [];
+    let count = 0;
+    for (const { problem, rowsPerTask } of parts) {
+      first.push(count);
+      count += Math.ceil(((problem.batch ?? 1) * problem.M) / rowsPerTask);
+    }
+    const kernels = parts.map(({ problem }) =>
+      chooseGemmKernel('gemm', job.kernel as GemmKernelName, problem),
+    );
+    try {
+      for (let task = next(); task !== -1; task = next()) {
+        let i = parts.length - 1;
+        while (first[i] > task) i--;
+        const { problem, c, rowsPerTask } = parts[i];
+        const m0 = (task - first[i]) * rowsPerTask;
+        const m1 = Math.min((problem.batch ?? 1) * problem.M, m0 + rowsPerTask);
+        try {
+          kernels[i].rows(problem, c, m0, m1);
+        } catch (err) {
+          // A kernel refused memory wrote nothing of C: the fallback computes the same rows.
+          if (job.fallback === undefined || !(err instanceof KernelResourceError)) throw err;
+          chooseGemmKernel('gemm', job.fallback as GemmKernelName, problem).rows(problem, c, m0, m1);
+        }
+      }
+    } finally {
+      for (const kernel of new Set(kernels)) kernel.release?.();
+    }
   },
 };
 

@@ -1,5 +1,6 @@
 // The playground page: reads the controls, asks the worker for a trace, and renders the four views; the
-// Train tab (train.ts) runs in a worker of its own and can hand its model over ("Use this model").
+// Train tab (train.ts) runs in a worker of its own and can hand its model over ("Use this model"), and the
+// Generate tab (generate.ts, a worker of its own too) continues prompts with a decoder.
 // One decision to know: the page holds no model maths — it only sends the state to the worker and draws
 // what comes back; at most one request is in flight and the newest state always wins.
 
@@ -14,6 +15,7 @@ import {
   saturationHtml,
   symmetryHtml,
 } from './experiments.js';
+import { setupGeneratePanel } from './generate.js';
 import { drawHeadView, headColor, queryAt } from './headview.js';
 import { currentTheme, HeatmapCard } from './heatmap.js';
 import { renderModelView } from './modelview.js';
@@ -369,9 +371,11 @@ function renderExperiments(t: TraceResult): void {
 
 // ---- tabs -------------------------------------------------------------------------------------------
 
+const generatePanel = setupGeneratePanel();
 const selectTab = setupTabs((id) => {
   if (id === 'tab-head') renderHeadView();
   if (id === 'tab-model') renderModel();
+  if (id === 'tab-generate') generatePanel.shown();
 });
 
 // ---- the Train tab's model in the other views --------------------------------------------------------
@@ -396,7 +400,13 @@ function useTrainedModel(bytes: Uint8Array, step: number): Promise<string> {
   });
 }
 
-setupTrainTab({ useModel: useTrainedModel });
+setupTrainTab({
+  useModel: useTrainedModel,
+  generateWith: (bytes, step, task) => {
+    selectTab('tab-generate');
+    return generatePanel.useTrained(bytes, step, task);
+  },
+});
 
 // ---- wiring -----------------------------------------------------------------------------------------
 

@@ -18,7 +18,10 @@ export type TrainRequest =
   | { kind: 'start'; settings: TrainSettings }
   | { kind: 'pause' }
   | { kind: 'reset' }
-  | { kind: 'checkpoint'; purpose: 'use' | 'download' };
+  | { kind: 'checkpoint'; purpose: CheckpointPurpose };
+
+/** What the page does with a checkpoint: show it in the views, generate with it (a decoder), or save it. */
+export type CheckpointPurpose = 'use' | 'generate' | 'download';
 
 export type TrainState = 'idle' | 'running' | 'paused' | 'done';
 
@@ -68,5 +71,5 @@ export type TrainResponse =
   | TrainStep
   | TrainAttention
   | { kind: 'state'; state: TrainState; step: number }
-  | { kind: 'checkpoint'; purpose: 'use' | 'download'; bytes: Uint8Array; task: TaskName; step: number }
+  | { kind: 'checkpoint'; purpose: CheckpointPurpose; bytes: Uint8Array; task: TaskName; step: number }
   | { kind: 'error'; message: string };

@@ -1,7 +1,8 @@
 // The Train tab: task, steps and seed; Start / Pause / Reset; a live loss curve (qkv's lineChartSvg) and the
-// sample's attention maps (the page's HeatmapCard) as the model learns; "Use this model" and "Download
-// checkpoint". One decision to know: training runs in a worker of its own (train-worker.ts), created on
-// the first Start, so the compute worker that draws the other views is never kept waiting by a step.
+// sample's attention maps (the page's HeatmapCard) as the model learns; "Use this model", "Generate with
+// this model" (a decoder: copy, reverse) and "Download checkpoint". One decision to know: training runs in
+// a worker of its own (train-worker.ts), created on the first Start, so the compute worker that draws the
+// other views is never kept waiting by a step.
 // What differs between tasks (the layer to open on, the note, whether the other views can take the model)
 // is read from the task's `display`, never from its name.
 
@@ -19,10 +20,12 @@ import {
   type TrainStep,
 } from './train-protocol.js';
 
-/** What the tab needs from the page: hand trained pronoun weights to the other views. */
+/** What the tab needs from the page: hand trained weights to the other views or the Generate tab. */
 export interface TrainTabHost {
   /** Loads safetensors bytes as the other views' model; resolves with its description. */
   useModel(bytes: Uint8Array, step: number): Promise<string>;
+  /** Loads a decoder's safetensors bytes in the Generate tab and shows it; resolves with its description. */
+  generateWith(bytes: Uint8Array, step: number, task: TaskName): Promise<string>;
 }
 
 /** Steps of the running mean drawn over the raw loss. */
@@ -58,6 +61,7 @@ export function setupTrainTab(host: TrainTabHost): void {
   const resetBtn = $<HTMLButtonElement>('trainReset');
   const useBtn = $<HTMLButtonElement>('trainUse');
   const downloadBtn = $<HTMLButtonElement>('trainDownload');
+  const generateBtn = $<HTMLButtonElement>('trainGenerate');
   const layerSel = $<HTMLSelectElement>('trainLayer');
   const status = $('trainStatus');
   const readout = $('trainReadout');
@@ -117,6 +121,11 @@ export function setupTrainTab(host: TrainTabHost): void {
     useBtn.title = sentences
       ? 'Show this model in Step-through, Head view and Model view'
       : 'Only a model that reads sentences (pronoun) fits the other views (they show a typed sentence)';
+    const decoder = ready !== undefined && getTask(ready.settings.task).model.causal;
+    generateBtn.disabled = !trained || !decoder;
+    generateBtn.title = decoder
+      ? 'Continue a prompt with this decoder in the Generate tab'
+      : 'Only a decoder (copy, reverse) generates; pronoun trains an encoder';
     readout.dataset.state = state;
   }
 
@@ -269,6 +278,12 @@ export function setupTrainTab(host: TrainTabHost): void {
         setStatus(
           `Saved ${name} (${(m.bytes.length / 1024).toFixed(0)} kB; \`qkv viz --model ${name}\` reads it).`,
         );
+      } else if (m.purpose === 'generate') {
+        setStatus(`Loading the model of step ${m.step} into the Generate tab…`);
+        host.generateWith(m.bytes, m.step, m.task).then(
+          (description) => setStatus(`The Generate tab continues prompts with ${description}.`),
+          (err: Error) => setStatus(`Could not load the model: ${err.message}`, true),
+        );
       } else {
         setStatus(`Loading the model of step ${m.step} into the other views…`);
         host.useModel(m.bytes, m.step).then(
@@ -290,7 +305,7 @@ export function setupTrainTab(host: TrainTabHost): void {
     const loss = `loss ${fmtLoss(losses[0])} → ${fmtLoss(meanOfLast(losses, MEAN_OF))} (mean of the last ${Math.min(MEAN_OF, losses.length)} steps)`;
     const next = display?.sentences
       ? 'Use this model to look inside it in the other views, or download its checkpoint.'
-      : 'Download its checkpoint to keep it; the other views take pronoun models only.';
+      : 'Generate with this model continues prompts with it in the Generate tab; Download saves its checkpoint (the other views take pronoun models only).';
     return `Done: ${s.steps} steps of ${s.task} in ${secs} of training, ${loss}. ${next}`;
   }
 
@@ -340,6 +355,7 @@ export function setupTrainTab(host: TrainTabHost): void {
   });
   useBtn.addEventListener('click', () => send({ kind: 'checkpoint', purpose: 'use' }));
   downloadBtn.addEventListener('click', () => send({ kind: 'checkpoint', purpose: 'download' }));
+  generateBtn.addEventListener('click', () => send({ kind: 'checkpoint', purpose: 'generate' }));
   layerSel.addEventListener('change', drawMaps);
   taskSel.addEventListener('change', () => {
     stepsIn.value = String(getTask(taskSel.value).defaults.steps);

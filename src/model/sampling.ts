@@ -1,0 +1,107 @@
+// Choosing the next token from a row of logits: greedy, temperature, top-k and top-p (nucleus) sampling,
+// and the distribution they sample from (the playground shows it). One decision to know: the
+// distribution is computed in float64 over the candidates sorted by logit (ties: lower id first), so the
+// same logits, options and generator state give the same token on every machine.
+
+import type { Generator } from '../random.js';
+import { checkFinite, checkInteger, formatValue } from '../shape.js';
+
+/** How the next token is chosen. */
+export interface SamplingOptions {
+  /** Divides the logits; 0 = greedy (the most likely token, lowest id on ties). Default 1. */
+  temperature?: number;
+  /** Keep only the k most likely tokens. Default: all. */
+  topK?: number;
+  /** Keep the fewest most likely tokens whose probabilities sum to at least p, in (0, 1]. Default 1. */
+  topP?: number;
+}
+
+/** The candidates and their probabilities after temperature, top-k and top-p, most likely first. */
+export interface TokenDistribution {
+  ids: Int32Array;
+  probs: Float64Array;
+}
+
+/** Checks sampling options, naming `fn`. */
+export function checkSampling(fn: string, o: SamplingOptions): void {
+  if (o.temperature !== undefined) checkFinite(fn, 'temperature', o.temperature, '≥ 0');
+  if (o.topK !== undefined) checkInteger(fn, 'topK', o.topK, 1);
+  if (o.topP !== undefined && !(typeof o.topP === 'number' && o.topP > 0 && o.topP <= 1)) {
+    throw new RangeError(`${fn}: topP must be a number in (0, 1], got ${formatValue(o.topP)}`);
+  }
+}
+
+/** The index of the largest logit (the lowest index on ties; NaN counts as −Infinity). */
+export function argmax(logits: ArrayLike<number>): number {
+  let best = 0;
+  let max = Number.NEGATIVE_INFINITY;
+  for (let i = 0; i < logits.length; i++) {
+    if (logits[i] > max) {
+      max = logits[i];
+      best = i;
+    }
+  }
+  return best;
+}
+
+/**
+ * The distribution `sampleToken` draws from: softmax(logits / temperature) restricted to the top-k, then
+ * to the nucleus of mass topP, renormalised; most likely first. Temperature 0 gives the argmax alone.
+ */
+export function tokenDistribution(
+  logits: ArrayLike<number>,
+  options: SamplingOptions = {},
+): TokenDistribution {
+  const { temperature = 1, topK = logits.length, topP = 1 } = options;
+  if (temperature === 0 || logits.length === 1) {
+    return { ids: Int32Array.of(argmax(logits)), probs: Float64Array.of(1) };
+  }
+  const V = logits.length;
+  const value = (i: number) => (Number.isNaN(logits[i]) ? Number.NEGATIVE_INFINITY : logits[i]);
+  const order = Int32Array.from({ length: V }, (_, i) => i).sort((a, b) => value(b) - value(a) || a - b);
+  const k = Math.min(topK, V);
+  const max = value(order[0]);
+  if (max === Number.NEGATIVE_INFINITY || max === Number.POSITIVE_INFINITY) {
+    return { ids: Int32Array.of(order[0]), probs: Float64Array.of(1) }; // nothing else can be weighed
+  }
+  const probs = new Float64Array(k);
+  let sum = 0;
+  for (let r = 0; r < k; r++) {
+    probs[r] = Math.exp((value(order[r]) - max) / temperature);
+    sum += probs[r];
+  }
+  // The nucleus: the fewest leading candidates whose mass reaches topP (at least one).
+  let kept = k;
+  if (topP < 1) {
+    let mass = 0;
+    for (let r = 0; r < k; r++) {
+      mass += probs[r] / sum;
+      if (mass >= topP) {
+        kept = r + 1;
+        break;
+      }
+    }
+  }
+  let keptSum = 0;
+  for (let r = 0; r < kept; r++) keptSum += probs[r];
+  const out = probs.slice(0, kept);
+  for (let r = 0; r < kept; r++) out[r] /= keptSum;
+  return { ids: order.slice(0, kept), probs: out };
+}
+
+/** Draws the next token from `tokenDistribution(logits, options)` with one `generator.random()`. */
+export function sampleToken(
+  logits: ArrayLike<number>,
+  options: SamplingOptions,
+  generator: Generator,
+): number {
+  if (options.temperature === 0) return argmax(logits);
+  const { ids, probs } = tokenDistribution(logits, options);
+  const u = generator.random();
+  let cum = 0;
+  for (let r = 0; r < ids.length; r++) {
+    cum += probs[r];
+    if (u < cum) return ids[r];
+  }
+  return ids[ids.length - 1]; // rounding left the cumulative sum a hair under 1
+}
