@@ -69,6 +69,7 @@ export {
 } from './runtime.js';
 export { formatShape } from './shape.js';
 export { type DataOf, type DType, type NestedArray, Tensor, type TensorLike } from './tensor.js';
+export { BpeTokenizer, type BpeTrainOptions } from './text/bpe.js';
 export { TOKENIZER_TYPES, tokenizerFromJSON } from './text/registry.js';
 export {
   type SpecialToken,

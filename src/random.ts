@@ -57,6 +57,28 @@ export class Generator {
     return (hi * 67108864 + lo) / 9007199254740992;
   }
 
+  /**
+   * The generator's state as plain numbers (four 32-bit words and the spare normal deviate, or null), so a
+   * resumed run draws exactly what an uninterrupted one would (`setState`).
+   */
+  getState(): [number, number, number, number, number | null] {
+    return [this.s0 >>> 0, this.s1 >>> 0, this.s2 >>> 0, this.s3 >>> 0, this.spare ?? null];
+  }
+
+  /** Restores a state from `getState`; throws on anything else. */
+  setState(state: readonly unknown[]): this {
+    const ok =
+      Array.isArray(state) &&
+      state.length === 5 &&
+      state.slice(0, 4).every((w) => Number.isInteger(w) && (w as number) >= 0 && (w as number) < 2 ** 32) &&
+      (state[4] === null || Number.isFinite(state[4]));
+    if (!ok)
+      throw new TypeError(`Generator.setState: expected a state from getState(), got ${formatValue(state)}`);
+    [this.s0, this.s1, this.s2, this.s3] = state as number[];
+    this.spare = state[4] === null ? undefined : (state[4] as number);
+    return this;
+  }
+
   /** A uniform number in [low, high). */
   uniform(low = 0, high = 1): number {
     return low + (high - low) * this.random();

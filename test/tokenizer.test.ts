@@ -124,9 +124,15 @@ describe('tokenizers as JSON, by type tag', () => {
 
   it('an unknown type or a malformed field is an error naming tokenizerFromJSON and the field', () => {
     const cases: [unknown, string][] = [
-      [{ type: 'bpe', merges: [] }, "tokenizerFromJSON: unknown tokenizer type 'bpe' (known: word)"],
-      [{ type: 'toString' }, "tokenizerFromJSON: unknown tokenizer type 'toString' (known: word)"],
-      [{ words: ['a'] }, "tokenizerFromJSON: a tokenizer needs a string 'type' (known: word), found nothing"],
+      [
+        { type: 'sentencepiece', merges: [] },
+        "tokenizerFromJSON: unknown tokenizer type 'sentencepiece' (known: word, bpe)",
+      ],
+      [{ type: 'toString' }, "tokenizerFromJSON: unknown tokenizer type 'toString' (known: word, bpe)"],
+      [
+        { words: ['a'] },
+        "tokenizerFromJSON: a tokenizer needs a string 'type' (known: word, bpe), found nothing",
+      ],
       [['a', 'b'], "tokenizerFromJSON: a tokenizer must be a JSON object with a 'type', found"],
       [null, "tokenizerFromJSON: a tokenizer must be a JSON object with a 'type', found null"],
       [{ type: 'word', words: ['a', 'a'] }, 'tokenizerFromJSON: words entry 1 repeats "a"'],
@@ -258,8 +264,8 @@ describe('checkpoints store the tokenizer by type', () => {
     };
     const cases: [Uint8Array, string][] = [
       [
-        patched({ 'qkv.tokenizer': '{"type":"bpe","merges":[]}' }),
-        "qkv.tokenizer: unknown tokenizer type 'bpe' (known: word)",
+        patched({ 'qkv.tokenizer': '{"type":"sentencepiece","merges":[]}' }),
+        "qkv.tokenizer: unknown tokenizer type 'sentencepiece' (known: word, bpe)",
       ],
       [patched({ 'qkv.tokenizer': '{"type":"word"' }), 'qkv.tokenizer is not valid JSON'],
       [
@@ -296,7 +302,7 @@ describe('checkpoints store the tokenizer by type', () => {
     // A tokenizer whose type no loader knows would save a file nothing can load.
     const toy: Tokenizer = { ...tok, type: 'toy', toJSON: () => ({ type: 'toy' }) } as unknown as Tokenizer;
     expect(() => saveCheckpoint(model, { tokenizer: toy })).toThrow(
-      "saveCheckpoint: info.tokenizer.toJSON(): unknown tokenizer type 'toy' (known: word)",
+      "saveCheckpoint: info.tokenizer.toJSON(): unknown tokenizer type 'toy' (known: word, bpe)",
     );
     expect(() => saveCheckpoint(model, { extra: { 'qkv.tokenizer': '{}' } })).toThrow(
       "saveCheckpoint: info.extra may not set 'qkv.tokenizer'",

@@ -10,12 +10,14 @@ import { fileURLToPath } from 'node:url';
 import { readFileBytes } from '../io/file-node.js';
 import type { Tokenizer } from '../text/tokenizer.js';
 import { loadCheckpoint } from '../train/checkpoint.js';
+import { textBits } from '../train/lm.js';
 import { EVAL_BATCH, evaluatePronoun, pronounTask } from '../train/pronoun.js';
-import { type CliIO, integerOption, parseCommandArgs, UsageError } from './args.js';
+import { type ArgValues, type CliIO, integerOption, parseCommandArgs, UsageError } from './args.js';
 
 export const EVAL_HELP = `qkv eval: measure a trained checkpoint
 
 Usage: qkv eval --task pronoun [--model <file>] [--family <f>] [--count <n>] [--seed <n>]
+       qkv eval --model <language model> --text-file <file> [--stride <n>]
 
 Prints one line, accuracy=<x> referent_attention=<y>, over held-out sentences (referent/adjective pairs
 never seen in training): accuracy of the prediction at "it", and the mean weight that the best head of the
@@ -28,6 +30,9 @@ Options:
                    says subject or object) or both (default)
   --count <n>      held-out sentences; default 1000
   --seed <n>       seed of the sentences; default 12345
+  --text-file <f>  a language model's total cross-entropy on a UTF-8 text file: prints
+                   bits_per_byte=<x> tokens=<n> (each token predicted from at most the model's context)
+  --stride <n>     tokens scored per window after the first (the rest is context); default maxLen / 2
   -h, --help       this help
 `;
 
@@ -46,12 +51,15 @@ export function evalCommand(argv: string[], io: CliIO): number {
     family: { type: 'string' },
     count: { type: 'string' },
     seed: { type: 'string' },
+    'text-file': { type: 'string' },
+    stride: { type: 'string' },
     help: { type: 'boolean', short: 'h' },
   });
   if (values.help) {
     io.stdout.write(EVAL_HELP);
     return 0;
   }
+  if (values['text-file'] !== undefined) return evalText(values, io);
   if (values.task === undefined)
     throw new UsageError('eval: --task is required (tasks with an eval: pronoun)');
   if (values.task !== 'pronoun') {
@@ -86,6 +94,58 @@ export function evalCommand(argv: string[], io: CliIO): number {
   io.stdout.write(
     `accuracy=${score.accuracy.toFixed(4)} referent_attention=${score.referentAttention.toFixed(4)}\n`,
   );
+  return 0;
+}
+
+/** `--text-file`: a language model's bits per byte on a text file. */
+function evalText(values: ArgValues, io: CliIO): number {
+  if (values.task !== undefined) throw new UsageError('eval: give --task or --text-file, not both');
+  if (typeof values.model !== 'string')
+    throw new UsageError('eval: --text-file needs --model <language model checkpoint>');
+  const file = String(values['text-file']);
+  const path = values.model;
+  for (const [what, p] of [
+    ['checkpoint', path],
+    ['text file', file],
+  ] as const) {
+    if (!existsSync(p)) {
+      io.stderr.write(`qkv: eval: no such ${what} '${p}'\n`);
+      return 1;
+    }
+  }
+  const bytes = readFileBytes(file);
+  if (bytes.length === 0) {
+    io.stderr.write(`qkv: eval: '${file}' is empty; there is nothing to score\n`);
+    return 1;
+  }
+  let text: string;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  } catch {
+    io.stderr.write(`qkv: eval: '${file}' is not UTF-8 text\n`);
+    return 1;
+  }
+  if (text.includes('\u0000')) {
+    io.stderr.write(`qkv: eval: '${file}' holds NUL bytes: a binary file, not text\n`);
+    return 1;
+  }
+  const { model, info } = loadCheckpoint(readFileBytes(path), path);
+  if (!info.tokenizer) {
+    io.stderr.write(`qkv: eval: '${path}' stores no tokenizer, so its ids cannot be matched to text\n`);
+    return 1;
+  }
+  if (!model.config.causal) {
+    io.stderr.write(
+      `qkv: eval: '${path}' is an encoder (causal: false); bits per byte needs a language model\n`,
+    );
+    return 1;
+  }
+  const stride =
+    values.stride === undefined
+      ? undefined
+      : integerOption('eval', values, 'stride', 0, 1, model.config.maxLen);
+  const r = textBits(model, info.tokenizer, text, { stride });
+  io.stdout.write(`bits_per_byte=${r.bitsPerByte.toFixed(4)} tokens=${r.tokens}\n`);
   return 0;
 }
 

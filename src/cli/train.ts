@@ -3,12 +3,18 @@
 // One decision to know: the loop yields to the event loop after every step, so Ctrl-C (SIGINT) is heard
 // mid-training; it stops after the current step and saves a checkpoint before exiting with code 130.
 
-import { writeFileSync } from 'node:fs';
-import { unwritableReason, writeFileAtomic } from '../io/file-node.js';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { readFileBytes, unwritableReason, writeFileAtomic } from '../io/file-node.js';
+import { decodeSafetensors } from '../io/safetensors.js';
+import { BpeTokenizer } from '../text/bpe.js';
+import { tokenizerFromJSON } from '../text/registry.js';
+import { TOKENIZER_KEY, type Tokenizer } from '../text/tokenizer.js';
+import { saveCheckpoint } from '../train/checkpoint.js';
+import { languageModelTask } from '../train/lm.js';
 import { lineChartSvg, type PlotSeries } from '../train/plot.js';
 import { evaluatePronoun } from '../train/pronoun.js';
 import { sequenceTask } from '../train/tasks.js';
-import { TASK_NAMES, Trainer } from '../train/trainer.js';
+import { type StepInfo, TASK_NAMES, Trainer } from '../train/trainer.js';
 import { type CliIO, integerOption, parseCommandArgs, UsageError } from './args.js';
 
 export const TRAIN_HELP = `qkv train: train a tiny transformer on a built-in task
@@ -21,6 +27,8 @@ Tasks:
   reverse    decoder; continue it with xn..x1
   scaling    the article's §4.2: copy (6 of 8 symbols) at d_k = 64 with and without ÷√d_k, same seed,
              both curves in one plot
+  lm         decoder; a language model on a text file (--text), byte-level BPE trained on it first
+             (npm run train:lm trains the committed one on the Brown corpus)
 
 Options:
   --task <name>     required
@@ -29,6 +37,18 @@ Options:
   --out <file>      checkpoint (safetensors); default <task>.safetensors (scaling: none)
   --plot <file>     loss curve (SVG); default <out without .safetensors>.loss.svg (scaling: scaling.svg)
   -h, --help        this help
+
+Options of --task lm:
+  --text <file>        the training text (UTF-8); required
+  --heldout <file>     held-out text: its loss is printed every --save-every steps and at the end
+  --vocab-size <n>     BPE vocabulary (bytes + merges + <|endoftext|>); default 4096
+  --context <n>        tokens per training window (the model's maxLen); default 128
+  --d-model <n>, --layers <n>, --heads <n>, --d-ff <n>   the model; default 256, 4, 8, 1024
+  --batch-size <n>     windows per step; default 16
+  --lr <x>             peak learning rate; default 0.001
+  --save-every <n>     write the checkpoint and the training state every n steps; default 100
+  --resume             continue from the training state next to --out (<out>.state) if there is one
+  --float16            store the checkpoint's weights as float16 (half the size)
 
 Ctrl-C stops after the current step and saves the checkpoint and plot so far.
 `;
@@ -39,6 +59,24 @@ interface TrainArgs {
   seed: number;
   out?: string;
   plot?: string;
+  lm?: LmArgs;
+}
+
+/** The options of --task lm. */
+interface LmArgs {
+  text: string;
+  heldout?: string;
+  vocabSize: number;
+  context: number;
+  dModel: number;
+  layers: number;
+  heads: number;
+  dFF: number;
+  batchSize: number;
+  lr: number;
+  saveEvery: number;
+  resume: boolean;
+  float16: boolean;
 }
 
 function parse(argv: string[]): TrainArgs | 'help' {
@@ -48,13 +86,26 @@ function parse(argv: string[]): TrainArgs | 'help' {
     seed: { type: 'string' },
     out: { type: 'string' },
     plot: { type: 'string' },
+    text: { type: 'string' },
+    heldout: { type: 'string' },
+    'vocab-size': { type: 'string' },
+    context: { type: 'string' },
+    'd-model': { type: 'string' },
+    layers: { type: 'string' },
+    heads: { type: 'string' },
+    'd-ff': { type: 'string' },
+    'batch-size': { type: 'string' },
+    lr: { type: 'string' },
+    'save-every': { type: 'string' },
+    resume: { type: 'boolean' },
+    float16: { type: 'boolean' },
     help: { type: 'boolean', short: 'h' },
   });
   if (values.help) return 'help';
   const int = (name: string, min: number, max: number) =>
     values[name] === undefined ? undefined : integerOption('train', values, name, 0, min, max);
   const task = values.task;
-  const known = [...TASK_NAMES, 'scaling'];
+  const known = [...TASK_NAMES, 'scaling', 'lm'];
   if (typeof task !== 'string') throw new UsageError(`train: --task is required (${known.join(', ')})`);
   if (!known.includes(task))
     throw new UsageError(`train: unknown task '${task}' (tasks: ${known.join(', ')})`);
@@ -71,12 +122,54 @@ function parse(argv: string[]): TrainArgs | 'help' {
     const why = path === undefined ? '' : unwritableReason(path);
     if (why) throw new UsageError(`train: cannot write --${name} ${path}: ${why}`);
   }
+  const lmOnly = [
+    'text',
+    'heldout',
+    'vocab-size',
+    'context',
+    'd-model',
+    'layers',
+    'heads',
+    'd-ff',
+    'batch-size',
+    'lr',
+    'save-every',
+    'resume',
+    'float16',
+  ];
+  let lm: LmArgs | undefined;
+  if (task === 'lm') {
+    if (typeof values.text !== 'string' || values.text === '')
+      throw new UsageError('train: --task lm needs --text <file> (the training text)');
+    const lr = values.lr === undefined ? 1e-3 : Number(values.lr);
+    if (!(Number.isFinite(lr) && lr > 0))
+      throw new UsageError(`train: --lr must be a number > 0, got '${String(values.lr)}'`);
+    lm = {
+      text: values.text,
+      heldout: values.heldout as string | undefined,
+      vocabSize: integerOption('train', values, 'vocab-size', 4096, 258, 1 << 20),
+      context: integerOption('train', values, 'context', 128, 2, 1 << 16),
+      dModel: integerOption('train', values, 'd-model', 256, 1, 1 << 14),
+      layers: integerOption('train', values, 'layers', 4, 1, 256),
+      heads: integerOption('train', values, 'heads', 8, 1, 1024),
+      dFF: integerOption('train', values, 'd-ff', 1024, 1, 1 << 16),
+      batchSize: integerOption('train', values, 'batch-size', 16, 1, 1 << 16),
+      lr,
+      saveEvery: integerOption('train', values, 'save-every', 100, 1, 1_000_000),
+      resume: Boolean(values.resume),
+      float16: Boolean(values.float16),
+    };
+  } else {
+    const stray = lmOnly.find((name) => values[name] !== undefined);
+    if (stray) throw new UsageError(`train: --${stray} is an option of --task lm only`);
+  }
   return {
     task,
     steps: int('steps', 1, 1_000_000),
     seed: int('seed', 0, 2 ** 32 - 1) ?? 0,
     out: values.out as string | undefined,
     plot: values.plot as string | undefined,
+    lm,
   };
 }
 
@@ -87,7 +180,12 @@ export function trainCommand(argv: string[], io: CliIO): number | Promise<number
     io.stdout.write(TRAIN_HELP);
     return 0;
   }
-  const run = args.task === 'scaling' ? runScaling(args, io) : runTask(args, io);
+  const run =
+    args.task === 'scaling'
+      ? runScaling(args, io)
+      : args.lm
+        ? runLanguageModel(args, args.lm, io)
+        : runTask(args, io);
   return run.catch((err: unknown) => {
     io.stderr.write(`qkv: train: ${(err as Error).message}\n`);
     return 1;
@@ -123,14 +221,17 @@ async function loop(
   label: string,
   io: CliIO,
   stop: { readonly hit: boolean },
+  onStep?: (info: StepInfo) => void,
 ): Promise<boolean> {
   const tty = Boolean(io.stderr.isTTY);
+  const first = trainer.step;
   const t0 = performance.now();
   let tokens = 0;
   let lastDraw = t0;
   let ema = Number.NaN;
   while (!trainer.done && !stop.hit) {
     const info = trainer.trainStep();
+    onStep?.(info);
     tokens += info.tokens;
     ema = Number.isNaN(ema) ? info.loss : 0.9 * ema + 0.1 * info.loss;
     const now = performance.now();
@@ -141,11 +242,12 @@ async function loop(
     const due = tty ? now - lastDraw > 100 : info.step % tenth === 0 || now - lastDraw > 10_000;
     if (due || last || stop.hit) {
       lastDraw = now;
+      const done = info.step - first; // steps of this run (a resumed run starts past 0)
       const frac = info.step / trainer.steps;
       const width = 24;
       const filled = Math.round(frac * width);
       const bar = `${'█'.repeat(filled)}${'░'.repeat(width - filled)}`;
-      const eta = (elapsed / info.step) * (trainer.steps - info.step);
+      const eta = (elapsed / done) * (trainer.steps - info.step);
       const line =
         `${label} ${bar} ${info.step}/${trainer.steps} loss ${info.loss.toFixed(4)} (avg ${ema.toFixed(4)}) ` +
         `${(tokens / Math.max(elapsed, 1e-9) / 1000).toFixed(1)}k tok/s ETA ${clock(eta)}`;
@@ -201,6 +303,109 @@ async function runTask(args: TrainArgs, io: CliIO): Promise<number> {
       `accuracy=${score.accuracy.toFixed(4)} referent_attention=${score.referentAttention.toFixed(4)}\n`,
     );
   }
+  return interrupted ? 130 : 0;
+}
+
+/**
+ * `--task lm`: byte-level BPE trained on the text (or the one a resumed run saved), then a decoder on
+ * windows of it, saving the checkpoint and the training state every --save-every steps so an interrupted
+ * run continues exactly where it stopped (--resume).
+ */
+async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<number> {
+  const out = args.out ?? 'lm.safetensors';
+  const statePath = `${out}.state`;
+  const plot = args.plot ?? `${stripExtension(out)}.loss.svg`;
+  const read = (path: string, what: string) => {
+    if (!existsSync(path)) throw new Error(`no such ${what} file '${path}'`);
+    return readFileSync(path, 'utf8');
+  };
+  const text = read(o.text, '--text');
+  const heldText = o.heldout === undefined ? undefined : read(o.heldout, '--heldout');
+  let saved: Uint8Array | undefined;
+  let tokenizer: Tokenizer;
+  if (o.resume && existsSync(statePath)) {
+    saved = readFileBytes(statePath);
+    const json = decodeSafetensors(saved).metadata[TOKENIZER_KEY];
+    if (json === undefined) throw new Error(`${statePath} holds no tokenizer (not a qkv training state?)`);
+    tokenizer = tokenizerFromJSON(JSON.parse(json));
+  } else {
+    const t0 = performance.now();
+    tokenizer = BpeTokenizer.train(text, { vocabSize: o.vocabSize });
+    io.stderr.write(
+      `qkv train: ${tokenizer.description} trained in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`,
+    );
+  }
+  const train = tokenizer.encode(text);
+  const test = heldText === undefined ? undefined : tokenizer.encode(heldText);
+  const task = languageModelTask({
+    tokenizer,
+    train,
+    test,
+    contextLength: o.context,
+    model: { dModel: o.dModel, numHeads: o.heads, numLayers: o.layers, dFF: o.dFF },
+  });
+  const trainer = new Trainer({ task, seed: args.seed, steps: args.steps, batchSize: o.batchSize, lr: o.lr });
+  if (saved) {
+    trainer.restoreState(saved);
+    io.stderr.write(`qkv train: resumed from ${statePath} at step ${trainer.step}\n`);
+  }
+  const { model } = trainer;
+  const c = model.config;
+  io.stderr.write(
+    `qkv train: ${task.description}; ${c.numLayers} layers, D=${c.dModel}, ${c.numHeads} heads, dFF ${c.dFF}, ` +
+      `${model.numParameters} parameters, ${trainer.steps} steps of ${o.batchSize}×${o.context} tokens, seed ${args.seed}\n`,
+  );
+  // Bits per byte of the held-out text, estimated from the mean loss of random windows.
+  const heldBytes = heldText === undefined ? 0 : new TextEncoder().encode(heldText).length;
+  const heldOut = () => {
+    if (!test) return '';
+    const loss = trainer.evaluate('test', 8);
+    return `held-out loss ${loss.toFixed(4)} (≈ ${((loss / Math.LN2) * (test.length / heldBytes)).toFixed(3)} bits/byte)`;
+  };
+  const save = () => {
+    writeFileAtomic(
+      out,
+      saveCheckpoint(model, {
+        task: 'lm',
+        step: trainer.step,
+        tokenizer,
+        dtype: o.float16 ? 'float16' : 'float32',
+      }),
+    );
+    writeFileAtomic(statePath, trainer.saveState({ [TOKENIZER_KEY]: JSON.stringify(tokenizer.toJSON()) }));
+  };
+  const stop = interruptFlag();
+  const t0 = performance.now();
+  let interrupted: boolean;
+  try {
+    interrupted = await loop(trainer, 'lm', io, stop, (info) => {
+      if (info.step % o.saveEvery !== 0 || info.step === trainer.steps) return;
+      save();
+      const held = heldOut();
+      io.stderr.write(
+        `${io.stderr.isTTY ? '\n' : ''}step ${info.step}: saved ${out}${held ? `; ${held}` : ''}\n`,
+      );
+    });
+  } finally {
+    stop.dispose();
+  }
+  save();
+  const seconds = (performance.now() - t0) / 1000;
+  writeFileSync(
+    plot,
+    lineChartSvg([{ label: `lm (seed ${args.seed})`, values: trainer.losses }], {
+      title: 'qkv train --task lm: training loss',
+      yLabel: 'cross-entropy',
+      logY: true,
+    }),
+  );
+  const tail = trainer.losses.slice(-50);
+  const final = tail.reduce((sum, x) => sum + x, 0) / Math.max(1, tail.length);
+  const held = heldOut();
+  io.stdout.write(
+    `${interrupted ? 'interrupted' : 'trained'} lm: ${trainer.step}/${trainer.steps} steps (${seconds.toFixed(1)} s this run), ` +
+      `training loss ${final.toFixed(4)} (mean of last ${tail.length})${held ? `, ${held}` : ''}; checkpoint ${out}, state ${statePath}, loss curve ${plot}\n`,
+  );
   return interrupted ? 130 : 0;
 }
 

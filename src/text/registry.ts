@@ -1,9 +1,10 @@
 // Tokenizers by type tag: `tokenizerFromJSON` and the checkpoint metadata reader/writer both loaders share.
-// One decision to know: the table of readers is fixed at build time (a new type — issue 12's 'bpe' —
-// adds one line to READERS), not filled by import side effects: the package declares "sideEffects": false,
+// One decision to know: the table of readers is fixed at build time (a new type adds one line to READERS,
+// as 'bpe' did), not filled by import side effects: the package declares "sideEffects": false,
 // so a bundler may drop a module imported only to register itself, and its checkpoints would stop loading.
 
 import { formatFound } from '../io/checks.js';
+import { readBpeTokenizer } from './bpe.js';
 import { LEGACY_VOCAB_KEY, TOKENIZER_KEY, type Tokenizer } from './tokenizer.js';
 import { readWordTokenizer, wordTokenizerFromList } from './word.js';
 
@@ -12,6 +13,7 @@ type Fail = (message: string) => never;
 /** One reader per type tag: checks the JSON (naming fields through `fail`) and builds the tokenizer. */
 const READERS: Record<string, (json: unknown, fail: Fail) => Tokenizer> = {
   word: readWordTokenizer,
+  bpe: readBpeTokenizer,
 };
 
 /** The type tags `tokenizerFromJSON` reads. */

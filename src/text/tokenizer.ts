@@ -17,7 +17,7 @@ export interface TokenizerJSON {
  * Implementations: WordTokenizer (type 'word': a fixed word list, for the pronoun/copy/reverse tasks).
  */
 export interface Tokenizer {
-  /** The type tag stored in checkpoints ('word', later 'bpe'). */
+  /** The type tag stored in checkpoints ('word', 'bpe'). */
   readonly type: string;
   /** Number of ids (the model's vocabSize). */
   readonly vocabSize: number;

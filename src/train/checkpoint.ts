@@ -13,6 +13,7 @@ import {
   type TransformerConfig,
   transformerParameterShapes,
 } from '../model/transformer.js';
+import type { DType, Tensor } from '../tensor.js';
 import { tokenizerFromMetadata, tokenizerMetadata } from '../text/registry.js';
 import { LEGACY_VOCAB_KEY, TOKENIZER_KEY, type Tokenizer } from '../text/tokenizer.js';
 import { WordTokenizer } from '../text/word.js';
@@ -30,6 +31,11 @@ export interface CheckpointInfo {
   vocab?: string[];
   /** Any other metadata strings. */
   extra?: Record<string, string>;
+  /**
+   * Storage of the weights: 'float32' (default, exact) or 'float16' (half the bytes; each weight rounded
+   * to the nearest half, read back as float32). Loading reads either.
+   */
+  dtype?: 'float32' | 'float16';
 }
 
 /** The metadata keys saveCheckpoint writes itself (info.extra may not set them). */
@@ -68,7 +74,13 @@ export function saveCheckpoint(model: TinyTransformer, info: CheckpointInfo = {}
   };
   if (info.task !== undefined) metadata['qkv.task'] = info.task;
   if (info.step !== undefined) metadata['qkv.step'] = String(info.step);
-  return encodeSafetensors(model.stateDict(), metadata);
+  const { dtype = 'float32' } = info;
+  if (dtype !== 'float32' && dtype !== 'float16')
+    fail(`info.dtype must be 'float32' or 'float16', found ${formatFound(dtype)}`);
+  const weights: Record<string, Tensor<DType>> = model.stateDict();
+  if (dtype === 'float16')
+    for (const name of Object.keys(weights)) weights[name] = weights[name].to('float16');
+  return encodeSafetensors(weights, metadata);
 }
 
 /** The integer fields of a config, with the largest value a file may ask for. */

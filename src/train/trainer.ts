@@ -6,10 +6,11 @@
 import { crossEntropy } from '../autograd/ops.js';
 import { AdamW, clipGradNorm, warmupCosine } from '../autograd/optim.js';
 import { backward, noGrad } from '../autograd/var.js';
+import { decodeSafetensors, encodeSafetensors } from '../io/safetensors.js';
 import { TinyTransformer, type TransformerConfig } from '../model/transformer.js';
 import { Generator } from '../random.js';
 import { checkFinite, checkInteger, checkOptionNames, formatValue } from '../shape.js';
-import type { Tensor } from '../tensor.js';
+import { Tensor } from '../tensor.js';
 import { saveCheckpoint } from './checkpoint.js';
 import { pronounTask } from './pronoun.js';
 import { sequenceTask, type Task, type TaskDefaults } from './tasks.js';
@@ -125,6 +126,17 @@ function checkTrainerOptions(options: TrainerOptions) {
   return { task, seed, steps, batchSize, lr, warmup, weightDecay, clip, model };
 }
 
+/** The metadata key of a training state (Trainer.saveState). */
+const STATE_KEY = 'qkv.trainer';
+
+interface SavedState {
+  run: unknown;
+  adamStep: number;
+  losses: number[];
+  data: [number, number, number, number, number | null];
+  dropout: [number, number, number, number, number | null];
+}
+
 /** Trains a TinyTransformer on a task, one `trainStep()` at a time. */
 export class Trainer {
   readonly task: Task;
@@ -139,6 +151,7 @@ export class Trainer {
   private readonly schedule: (step: number) => number;
   private readonly data: Generator;
   private readonly dropoutGen: Generator;
+  private readonly options: { lr: number; warmup: number; weightDecay: number };
 
   constructor(options: TrainerOptions) {
     const { task, seed, steps, batchSize, lr, warmup, weightDecay, clip, model } =
@@ -151,6 +164,7 @@ export class Trainer {
     this.model = new TinyTransformer({ ...task.model, ...model }, { seed });
     this.optimizer = new AdamW(this.model.parameters(), { weightDecay });
     this.schedule = warmupCosine({ maxLr: lr, warmup, total: steps });
+    this.options = { lr, warmup, weightDecay };
     // Separate streams: the model's initial weights do not depend on how much data was drawn.
     this.data = new Generator(this.seed + 0x51ed);
     this.dropoutGen = new Generator(this.seed + 0xd0);
@@ -211,6 +225,85 @@ export class Trainer {
       tokenizer: this.task.tokenizer,
       ...(extra === undefined ? {} : { extra }),
     });
+  }
+
+  /**
+   * Everything a resumed run needs to continue exactly as if it had not stopped, as safetensors bytes:
+   * the weights, AdamW's moments and step count, the data and dropout generators' states, the losses so
+   * far, and the options that shape the run (restoreState refuses a run whose options differ); `extra`
+   * adds metadata strings (the CLI keeps the tokenizer there).
+   */
+  saveState(extra: Record<string, string> = {}): Uint8Array {
+    const tensors: Record<string, Tensor> = {};
+    const { t, m, v } = this.optimizer.state();
+    let n = 0;
+    for (const [name, p] of this.model.params) {
+      tensors[name] = new Tensor(Float32Array.from(p.data), p.shape);
+      tensors[`optimizer.m.${name}`] = new Tensor(m[n], p.shape);
+      tensors[`optimizer.v.${name}`] = new Tensor(v[n], p.shape);
+      n++;
+    }
+    const state: SavedState = {
+      run: this.#runKey(),
+      adamStep: t,
+      losses: this.losses,
+      data: this.data.getState(),
+      dropout: this.dropoutGen.getState(),
+    };
+    return encodeSafetensors(tensors, { ...extra, [STATE_KEY]: JSON.stringify(state) });
+  }
+
+  /**
+   * Continues from `saveState()` bytes: this Trainer must have been made with the same task, model and
+   * options (the run's shape is compared, naming what differs).
+   */
+  restoreState(bytes: Uint8Array): void {
+    const fn = 'Trainer.restoreState';
+    const { tensors, metadata } = decodeSafetensors(bytes);
+    let state: SavedState;
+    try {
+      state = JSON.parse(metadata[STATE_KEY] ?? 'null');
+    } catch {
+      throw new RangeError(`${fn}: ${STATE_KEY} is not valid JSON`);
+    }
+    if (!state || typeof state !== 'object')
+      throw new RangeError(`${fn}: no ${STATE_KEY} in the metadata (not a training state?)`);
+    const here = this.#runKey();
+    if (JSON.stringify(state.run) !== JSON.stringify(here)) {
+      throw new RangeError(
+        `${fn}: the saved run differs from this one (saved ${JSON.stringify(state.run)}; this ${JSON.stringify(here)})`,
+      );
+    }
+    const m: Float32Array[] = [];
+    const v: Float32Array[] = [];
+    for (const [name, p] of this.model.params) {
+      for (const key of [name, `optimizer.m.${name}`, `optimizer.v.${name}`]) {
+        const t = tensors[key];
+        if (!t || t.size !== p.size) throw new RangeError(`${fn}: ${key} is missing or has the wrong size`);
+      }
+      m.push(tensors[`optimizer.m.${name}`].data);
+      v.push(tensors[`optimizer.v.${name}`].data);
+    }
+    for (const [name, p] of this.model.params) p.data.set(tensors[name].data);
+    this.optimizer.loadState({ t: state.adamStep, m, v });
+    this.data.setState(state.data);
+    this.dropoutGen.setState(state.dropout);
+    this.losses.length = 0;
+    this.losses.push(...state.losses);
+  }
+
+  /** What a resumed run must share with the saved one: the task, the model and every option. */
+  #runKey() {
+    return {
+      task: this.task.name,
+      tokenizer: this.task.tokenizer.description,
+      model: this.model.config,
+      seed: this.seed,
+      steps: this.steps,
+      batchSize: this.batchSize,
+      clip: this.clip,
+      options: this.options,
+    };
   }
 
   /**

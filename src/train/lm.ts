@@ -1,0 +1,173 @@
+// The language-modelling task: next-token prediction on windows of a tokenised text (the Brown corpus for
+// the committed model, any text for yours). One decision to know: a batch is B windows of L + 1 tokens
+// drawn at uniformly random offsets of the whole token stream (documents joined by the tokenizer's
+// end-of-text token), so every position is scored and an epoch is a count of tokens, not of documents.
+
+import { noGrad } from '../autograd/var.js';
+import type { TinyTransformer, TransformerConfig } from '../model/transformer.js';
+import type { Generator } from '../random.js';
+import { checkInteger, formatValue } from '../shape.js';
+import type { Tokenizer } from '../text/tokenizer.js';
+import type { Batch, Task, TaskDefaults } from './tasks.js';
+
+/** Options of languageModelTask. */
+export interface LanguageModelTaskOptions {
+  /** Text ↔ ids; its vocabSize is the model's. */
+  tokenizer: Tokenizer;
+  /** The training text's token ids. */
+  train: Int32Array;
+  /** Held-out token ids (the 'test' split); default none ('test' batches then come from `train`). */
+  test?: Int32Array;
+  /** L: tokens a window predicts (the model's maxLen unless `model.maxLen` says more). */
+  contextLength: number;
+  /** Model shape overrides on top of the default (4 layers, D 256, 8 heads, dFF 1024). */
+  model?: Partial<TransformerConfig>;
+  /** Training defaults overrides. */
+  defaults?: Partial<TaskDefaults>;
+}
+
+const FN = 'languageModelTask';
+
+/**
+ * A decoder trained to predict each next token of windows of the text. Targets are the window shifted by
+ * one; no position is ignored.
+ */
+export function languageModelTask(options: LanguageModelTaskOptions): Task {
+  const { tokenizer, train, test, contextLength: L } = options;
+  checkInteger(FN, 'contextLength', L, 1);
+  for (const [name, ids] of [
+    ['train', train],
+    ['test', test],
+  ] as const) {
+    if (ids === undefined && name === 'test') continue;
+    if (!(ids instanceof Int32Array))
+      throw new TypeError(`${FN}: ${name} must be an Int32Array of ids, got ${formatValue(ids)}`);
+    if (ids.length < L + 1) {
+      throw new RangeError(
+        `${FN}: ${name} has ${ids.length} tokens; a window needs contextLength + 1 = ${L + 1}`,
+      );
+    }
+    for (let i = 0; i < ids.length; i++) {
+      if (!(ids[i] >= 0 && ids[i] < tokenizer.vocabSize)) {
+        throw new RangeError(
+          `${FN}: ${name}[${i}] = ${ids[i]} is outside the tokenizer's [0, ${tokenizer.vocabSize})`,
+        );
+      }
+    }
+  }
+  const window = (stream: Int32Array, generator: Generator, B: number): Batch => {
+    const ids = new Int32Array(B * L);
+    const targets = new Int32Array(B * L);
+    const starts = stream.length - L; // a window [s, s + L] needs s + L < length
+    for (let b = 0; b < B; b++) {
+      const s = Math.floor(generator.random() * starts);
+      ids.set(stream.subarray(s, s + L), b * L);
+      targets.set(stream.subarray(s + 1, s + L + 1), b * L);
+    }
+    return { ids, targets, B, L };
+  };
+  return {
+    name: 'lm',
+    description: `language model on ${train.length} tokens (${tokenizer.description}), windows of ${L}`,
+    tokenizer,
+    model: {
+      vocabSize: tokenizer.vocabSize,
+      dModel: 256,
+      numHeads: 8,
+      numLayers: 4,
+      dFF: 1024,
+      maxLen: L,
+      causal: true,
+      dropout: 0.1,
+      ...options.model,
+    },
+    defaults: { steps: 4000, batchSize: 16, lr: 1e-3, warmup: 200, ...options.defaults },
+    batch: (generator, B, split = 'train') => window(split === 'test' && test ? test : train, generator, B),
+  };
+}
+
+/** What textBits measured. */
+export interface TextBits {
+  /** Total cross-entropy of the text's tokens, in bits. */
+  bits: number;
+  /** Tokens scored (every token of the text). */
+  tokens: number;
+  /** UTF-8 bytes of the text. */
+  bytes: number;
+  /** bits / bytes. */
+  bitsPerByte: number;
+}
+
+/** Options of textBits. */
+export interface TextBitsOptions {
+  /** Windows per forward; default 16. */
+  batchSize?: number;
+  /** New tokens scored per window after the first (the rest is context); default maxLen / 2. */
+  stride?: number;
+}
+
+/**
+ * The model's total cross-entropy on `text`, in bits, and per UTF-8 byte: every token is predicted from
+ * the tokens before it (at most maxLen of them, at least maxLen − stride once the text is longer than a
+ * window), the first one from the tokenizer's end-of-text token (so nothing goes unscored). Windows of
+ * maxLen tokens slide by `stride`; each scores only the tokens no earlier window scored. No autograd tape.
+ */
+export function textBits(
+  model: TinyTransformer,
+  tokenizer: Tokenizer,
+  text: string,
+  { batchSize = 16, stride }: TextBitsOptions = {},
+): TextBits {
+  const fn = 'textBits';
+  const eos = tokenizer.specials.eos;
+  if (eos === undefined)
+    throw new TypeError(`${fn}: the tokenizer has no end-of-text token to predict the first token from`);
+  if (tokenizer.vocabSize !== model.config.vocabSize) {
+    throw new RangeError(
+      `${fn}: the tokenizer has ${tokenizer.vocabSize} tokens but the model's vocabSize is ${model.config.vocabSize}`,
+    );
+  }
+  const L = model.config.maxLen;
+  const step = stride ?? Math.max(1, Math.floor(L / 2));
+  checkInteger(fn, 'stride', step, 1);
+  checkInteger(fn, 'batchSize', batchSize, 1);
+  if (step > L) throw new RangeError(`${fn}: stride ${step} is longer than the model's maxLen ${L}`);
+  const encoded = tokenizer.encode(text);
+  const ids = new Int32Array(encoded.length + 1);
+  ids[0] = eos;
+  ids.set(encoded, 1);
+  const bytes = new TextEncoder().encode(text).length;
+  const n = encoded.length; // targets ids[1 … n]
+  // Window w covers inputs ids[s, s + len) and scores targets t in [from, s + len] (t indexes ids).
+  const windows: { s: number; len: number; from: number }[] = [];
+  let scored = 0; // targets 1 … scored are done
+  for (let s = 0; scored < n; s += step) {
+    const len = Math.min(L, n - s);
+    windows.push({ s, len, from: scored + 1 });
+    scored = s + len;
+  }
+  const V = model.config.vocabSize;
+  let nats = 0;
+  for (let w0 = 0; w0 < windows.length; w0 += batchSize) {
+    const group = windows.slice(w0, w0 + batchSize);
+    const len = Math.max(...group.map((w) => w.len));
+    // Windows shorter than the group's (only the last) are padded at the end; padding is never scored.
+    const batch = new Int32Array(group.length * len).fill(eos);
+    group.forEach((w, b) => {
+      batch.set(ids.subarray(w.s, w.s + w.len), b * len);
+    });
+    const logits = noGrad(() => model.forward(batch, group.length, len).logits.data);
+    group.forEach((w, b) => {
+      for (let t = w.from; t <= w.s + w.len; t++) {
+        const row = (b * len + (t - 1 - w.s)) * V;
+        let max = Number.NEGATIVE_INFINITY;
+        for (let v = 0; v < V; v++) max = Math.max(max, logits[row + v]);
+        let sum = 0;
+        for (let v = 0; v < V; v++) sum += Math.exp(logits[row + v] - max);
+        nats += Math.log(sum) + max - logits[row + ids[t]];
+      }
+    });
+  }
+  const bits = nats / Math.LN2;
+  return { bits, tokens: n, bytes, bitsPerByte: bytes === 0 ? Number.NaN : bits / bytes };
+}

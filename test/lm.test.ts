@@ -1,0 +1,252 @@
+// The language-model task and resumable training: windows are next-token pairs, a run saved and resumed
+// takes exactly the steps an uninterrupted run takes, and `qkv train --task lm` trains, saves and resumes.
+
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { main } from '../src/cli/main.js';
+import { autograd, BpeTokenizer, Generator, loadCheckpoint, saveCheckpoint, Trainer } from '../src/index.js';
+import { languageModelTask, textBits } from '../src/train/lm.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'qkv-lm-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const text = Array.from(
+  { length: 60 },
+  (_, i) =>
+    `The ${['cat', 'dog', 'jury', 'city'][i % 4]} said ${i} things about the ${['mat', 'park', 'bids'][i % 3]}.`,
+).join(' ');
+const tokenizer = BpeTokenizer.train(text, { vocabSize: 300 });
+const ids = tokenizer.encode(text);
+
+function tinyTask(dropout = 0.1) {
+  return languageModelTask({
+    tokenizer,
+    train: ids,
+    test: ids.subarray(0, 200),
+    contextLength: 16,
+    model: { dModel: 16, numHeads: 2, numLayers: 1, dFF: 32, dropout },
+  });
+}
+
+describe('languageModelTask', () => {
+  it('draws windows whose targets are the next tokens', () => {
+    const task = tinyTask();
+    const b = task.batch(new Generator(1), 4);
+    expect([b.B, b.L]).toEqual([4, 16]);
+    for (let r = 0; r < 4; r++) {
+      const row = Array.from(b.ids.subarray(r * 16, r * 16 + 16));
+      const start = ids.findIndex((_, s) => row.every((t, k) => ids[s + k] === t));
+      expect(start).toBeGreaterThanOrEqual(0);
+      expect(Array.from(b.targets.subarray(r * 16, r * 16 + 16))).toEqual(
+        Array.from(ids.subarray(start + 1, start + 17)),
+      );
+    }
+    expect(task.model).toMatchObject({ vocabSize: tokenizer.vocabSize, maxLen: 16, causal: true });
+  });
+
+  it('says what is wrong with its data', () => {
+    const base = { tokenizer, contextLength: 16 };
+    expect(() => languageModelTask({ ...base, train: ids.subarray(0, 16) })).toThrow(
+      /languageModelTask: train has 16 tokens; a window needs contextLength \+ 1 = 17/,
+    );
+    expect(() => languageModelTask({ ...base, train: Int32Array.from({ length: 20 }, () => 300) })).toThrow(
+      /train\[0\] = 300 is outside the tokenizer's \[0, 300\)/,
+    );
+    expect(() => languageModelTask({ ...base, train: [1, 2, 3] as unknown as Int32Array })).toThrow(
+      /train must be an Int32Array/,
+    );
+  });
+});
+
+describe('textBits', () => {
+  it('is the cross-entropy of every token given at most maxLen tokens before it (stride 1: one forward per token)', () => {
+    const { model } = new Trainer({ task: tinyTask(0), seed: 2, steps: 1 });
+    const sample = text.slice(0, 160);
+    const ids = [tokenizer.specials.eos!, ...tokenizer.encode(sample)];
+    const L = model.config.maxLen;
+    let bits = 0;
+    for (let t = 1; t < ids.length; t++) {
+      const ctx = Int32Array.from(ids.slice(Math.max(0, t - L), t));
+      const logits = autograd.noGrad(() => model.forward(ctx, 1, ctx.length).logits.data);
+      const row = logits.subarray((ctx.length - 1) * 300, ctx.length * 300);
+      const max = Math.max(...row);
+      let sum = 0;
+      for (const x of row) sum += Math.exp(x - max);
+      const lse = Math.log(sum) + max;
+      bits += (lse - row[ids[t]]) / Math.LN2;
+    }
+    expect(ids.length - 1).toBeGreaterThan(2 * L); // several windows
+    const got = textBits(model, tokenizer, sample, { stride: 1, batchSize: 5 });
+    expect(got.tokens).toBe(ids.length - 1);
+    expect(got.bytes).toBe(new TextEncoder().encode(sample).length);
+    expect(Math.abs(got.bits - bits)).toBeLessThan(1e-6 * bits);
+    expect(got.bitsPerByte).toBeCloseTo(bits / got.bytes, 9);
+    // The default stride (maxLen / 2) scores every token once too, with at least half a window of context.
+    const halves = textBits(model, tokenizer, sample);
+    expect(halves.tokens).toBe(got.tokens);
+    expect(Math.abs(halves.bits - bits) / bits).toBeLessThan(0.05);
+  });
+});
+
+describe('a saved and resumed run', () => {
+  it('takes exactly the steps of an uninterrupted one (weights, optimizer, data and dropout streams)', () => {
+    const straight = new Trainer({ task: tinyTask(), seed: 3, steps: 12, lr: 3e-3 });
+    while (!straight.done) straight.trainStep();
+
+    const first = new Trainer({ task: tinyTask(), seed: 3, steps: 12, lr: 3e-3 });
+    for (let i = 0; i < 5; i++) first.trainStep();
+    const state = first.saveState();
+    const second = new Trainer({ task: tinyTask(), seed: 3, steps: 12, lr: 3e-3 });
+    second.restoreState(state);
+    expect(second.step).toBe(5);
+    while (!second.done) second.trainStep();
+    expect(second.losses).toEqual(straight.losses);
+    for (const [name, p] of straight.model.params)
+      expect(second.model.params.get(name)!.data).toEqual(p.data);
+  });
+
+  it('refuses a state from a different run, naming what differs', () => {
+    const a = new Trainer({ task: tinyTask(), seed: 3, steps: 12 });
+    const b = new Trainer({ task: tinyTask(), seed: 4, steps: 12 });
+    expect(() => b.restoreState(a.saveState())).toThrow(
+      /Trainer.restoreState: the saved run differs from this one .*"seed":3.*"seed":4/,
+    );
+    expect(() => b.restoreState(saveCheckpoint(b.model))).toThrow(/no qkv.trainer in the metadata/);
+  });
+});
+
+describe('float16 checkpoints', () => {
+  it('store each weight as its nearest half and load back as float32', () => {
+    const { model } = new Trainer({ task: tinyTask(0), seed: 1, steps: 1 });
+    const half = saveCheckpoint(model, { dtype: 'float16' });
+    const full = saveCheckpoint(model);
+    expect(half.length).toBeLessThan(full.length * 0.6);
+    const loaded = loadCheckpoint(half).model;
+    for (const [name, p] of model.params) {
+      const got = loaded.params.get(name)!.data;
+      for (let i = 0; i < p.size; i++)
+        expect(Math.abs(got[i] - p.data[i])).toBeLessThanOrEqual(Math.abs(p.data[i]) * 2 ** -11 + 2 ** -24);
+    }
+    expect(() => saveCheckpoint(model, { dtype: 'float64' as 'float32' })).toThrow(
+      /info.dtype must be 'float32' or 'float16'/,
+    );
+  });
+});
+
+function run(argv: string[], onErr?: (text: string) => void) {
+  let out = '';
+  let err = '';
+  const code = main(argv, {
+    stdout: { write: (s: string) => (out += s) },
+    stderr: {
+      write: (s: string) => {
+        err += s;
+        onErr?.(s);
+      },
+    },
+    env: {},
+  });
+  return Promise.resolve(code).then((c) => ({ code: c, out, err }));
+}
+
+describe('qkv train --task lm', () => {
+  const textFile = join(dir, 'train.txt');
+  const heldFile = join(dir, 'held.txt');
+  writeFileSync(textFile, text);
+  writeFileSync(heldFile, text.slice(0, 600));
+  const model = ['--d-model', '16', '--layers', '1', '--heads', '2', '--d-ff', '32', '--context', '16'];
+  const common = [
+    'train',
+    '--task',
+    'lm',
+    '--text',
+    textFile,
+    '--heldout',
+    heldFile,
+    '--vocab-size',
+    '300',
+    ...model,
+  ];
+
+  it('trains, saves every --save-every steps, and a resumed run ends where an uninterrupted one does', async () => {
+    const outA = join(dir, 'a.safetensors');
+    const a = await run([...common, '--steps', '6', '--save-every', '3', '--out', outA]);
+    expect(a.code).toBe(0);
+    expect(a.err).toMatch(/byte-level BPE, \d+ tokens .* trained in/);
+    expect(a.err).toMatch(/step 3: saved .*a\.safetensors; held-out loss \d+\.\d+ \(≈ \d+\.\d+ bits\/byte\)/);
+    expect(a.out).toMatch(/trained lm: 6\/6 steps/);
+    expect(existsSync(`${outA}.state`)).toBe(true);
+
+    // The same run stopped by Ctrl-C right after its step-3 save, then resumed: the same checkpoint.
+    const outC = join(dir, 'c.safetensors');
+    const part = await run([...common, '--steps', '6', '--save-every', '3', '--out', outC], (s) => {
+      if (s.includes('step 3: saved')) process.emit('SIGINT');
+    });
+    expect(part.code).toBe(130);
+    expect(part.out).toMatch(/interrupted lm: 3\/6 steps/);
+    const resumed = await run([...common, '--steps', '6', '--save-every', '3', '--out', outC, '--resume']);
+    expect(resumed.code).toBe(0);
+    expect(resumed.err).toMatch(/resumed from .*c\.safetensors\.state at step 3/);
+    expect(readFileSync(outC)).toEqual(readFileSync(outA));
+
+    const outB = join(dir, 'b.safetensors');
+    const half = await run([...common, '--steps', '2', '--out', outB, '--float16']);
+    expect(half.code).toBe(0);
+    const loaded = loadCheckpoint(new Uint8Array(readFileSync(outB)));
+    expect(loaded.info.tokenizer?.type).toBe('bpe');
+    expect(loaded.info.task).toBe('lm');
+    expect(loaded.model.config).toMatchObject({ dModel: 16, numLayers: 1, maxLen: 16, causal: true });
+  });
+
+  it('qkv eval --text-file prints bits per byte, and refuses what it cannot score', async () => {
+    const lm = join(dir, 'eval.safetensors');
+    expect((await run([...common, '--steps', '2', '--out', lm])).code).toBe(0);
+    const good = await run(['eval', '--model', lm, '--text-file', heldFile]);
+    expect(good.err).toBe('');
+    expect(good.out).toMatch(/^bits_per_byte=\d+\.\d{4} tokens=\d+\n$/);
+    const loaded = loadCheckpoint(new Uint8Array(readFileSync(lm)));
+    const direct = textBits(loaded.model, loaded.info.tokenizer!, readFileSync(heldFile, 'utf8'));
+    expect(good.out).toBe(`bits_per_byte=${direct.bitsPerByte.toFixed(4)} tokens=${direct.tokens}\n`);
+    const empty = join(dir, 'empty.txt');
+    writeFileSync(empty, '');
+    const binary = join(dir, 'binary.bin');
+    writeFileSync(binary, Uint8Array.of(0x89, 0x50, 0x4e, 0x47, 0, 0xff, 0xfe));
+    const nul = join(dir, 'nul.txt');
+    writeFileSync(nul, 'a\u0000b');
+    const bare = join(dir, 'bare.safetensors');
+    writeFileSync(bare, saveCheckpoint(loaded.model));
+    for (const [argv, message] of [
+      [['eval', '--model', lm, '--text-file', empty], /is empty; there is nothing to score/],
+      [['eval', '--model', lm, '--text-file', binary], /is not UTF-8 text/],
+      [['eval', '--model', lm, '--text-file', nul], /holds NUL bytes/],
+      [['eval', '--model', bare, '--text-file', heldFile], /stores no tokenizer/],
+      [['eval', '--model', join(dir, 'none'), '--text-file', heldFile], /no such checkpoint/],
+    ] as const) {
+      const r = await run([...argv]);
+      expect(r.code).toBe(1);
+      expect(r.err).toMatch(message);
+    }
+    expect((await run(['eval', '--text-file', heldFile])).err).toMatch(/--text-file needs --model/);
+  });
+
+  it('says what is wrong before training', async () => {
+    expect((await run(['train', '--task', 'lm'])).err).toMatch(/--task lm needs --text <file>/);
+    expect((await run(['train', '--task', 'copy', '--text', textFile])).err).toMatch(
+      /--text is an option of --task lm only/,
+    );
+    expect((await run([...common, '--lr', 'fast'])).err).toMatch(/--lr must be a number > 0/);
+    const missing = await run([
+      'train',
+      '--task',
+      'lm',
+      '--text',
+      join(dir, 'none.txt'),
+      '--out',
+      join(dir, 'x.safetensors'),
+    ]);
+    expect(missing.code).toBe(1);
+    expect(missing.err).toMatch(/no such --text file/);
+  });
+});
