@@ -8,6 +8,7 @@ export type { CliIO } from './args.js';
 
 import { type DemoConfig, runDemo } from './demo.js';
 import { evalCommand } from './eval.js';
+import { exportCommand } from './export.js';
 import { generateCommand } from './generate.js';
 import { trainCommand } from './train.js';
 import { viz } from './viz.js';
@@ -23,10 +24,11 @@ Usage:
   qkv train --task <t>   train a tiny transformer: pronoun, copy, reverse, scaling (§4.2)
   qkv eval --task <t>    accuracy and "it" → noun attention of a trained pronoun checkpoint
   qkv generate --model <file> --prompt <text>   continue a prompt with a trained decoder
+  qkv export --model <file> --out <file.onnx>   a checkpoint as an ONNX model (--opset 17|23, --kv-cache)
   qkv --help             this help
   qkv --version          the version
 
-Run 'qkv <command> --help' (demo, viz, train, eval, generate) for its options.
+Run 'qkv <command> --help' (demo, viz, train, eval, generate, export) for its options.
 `;
 
 const DEMO_HELP = `qkv demo: run self-attention on seeded token embeddings and print the attention matrix
@@ -64,8 +66,9 @@ export function main(argv: string[], io: CliIO): number | Promise<number> {
     if (command === 'train') return trainCommand(rest, io);
     if (command === 'eval') return evalCommand(rest, io);
     if (command === 'generate') return generateCommand(rest, io);
+    if (command === 'export') return exportCommand(rest, io);
     throw new UsageError(
-      `unknown command '${command}' (commands: demo, viz, train, eval, generate; see qkv --help)`,
+      `unknown command '${command}' (commands: demo, viz, train, eval, generate, export; see qkv --help)`,
     );
   } catch (err) {
     if (err instanceof UsageError) {

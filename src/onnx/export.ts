@@ -1,0 +1,453 @@
+// toOnnx: MultiHeadAttention, SelfAttention and TinyTransformer (encoder or decoder, optionally with a
+// key/value cache) as ONNX models that compute what qkv's forward computes, weights included as
+// float32 initializers under their state-dict names.
+// One decision to know: opset 17 spells attention in plain ops (MatMul, Softmax, Where, …), which every
+// onnxruntime execution provider runs; opset 23 uses the standard Attention op. Both keep qkv's
+// semantics where ONNX's defaults differ: causal is bottom-right aligned (query i of L sees keys
+// j ≤ i + S − L, so a cached step sees its whole past), masks use qkv's polarity (nonzero = may attend),
+// and a query that may see no key gets a zero output rather than an even spread (opset 17) or NaN
+// (opset 23). Names follow transformers.js / Optimum: input_ids, attention_mask, position_ids,
+// past_key_values.{i}.key|value → present.{i}.key|value, logits.
+
+import { MultiHeadAttention } from '../attention/multihead.js';
+import type { CausalOption } from '../attention/plan.js';
+import { SelfAttention } from '../attention/self-attention.js';
+import { TinyTransformer } from '../model/transformer.js';
+import { sinusoidalPositionalEncoding } from '../position/sinusoidal.js';
+import { checkBoolean, checkInteger, checkOptionNames, formatValue } from '../shape.js';
+import {
+  attentionCore17,
+  attentionCore23,
+  type CoreInputs,
+  causalVisible,
+  GraphBuilder,
+  geluTanh,
+  layerNorm,
+  linear,
+  mergeHeads,
+  splitHeads,
+} from './graph.js';
+import { DataType } from './proto.js';
+
+/** The modules toOnnx exports. */
+export type OnnxExportable = MultiHeadAttention | SelfAttention | TinyTransformer;
+
+/** Fixed sizes for `dynamicAxes: false`. */
+export interface OnnxFixedShape {
+  /** B */
+  batch: number;
+  /** L: queries (tokens of this call). */
+  length: number;
+  /** S: keys and values of a MultiHeadAttention (default `length`). */
+  keyLength?: number;
+  /** S_past: tokens a kvCache model's past_key_values hold (default 0). */
+  pastLength?: number;
+}
+
+/** Options of toOnnx. */
+export interface OnnxExportOptions {
+  /** 17 (default): plain ops, runs on every onnxruntime EP. 23: the standard Attention op. */
+  opset?: 17 | 23;
+  /** Batch and sequence axes symbolic (default true); false fixes them to `shape`. */
+  dynamicAxes?: boolean;
+  /** The sizes the inputs and outputs declare when `dynamicAxes` is false (required then). */
+  shape?: OnnxFixedShape;
+  /**
+   * Decoder TinyTransformers only: past_key_values.{i}.key|value and position_ids inputs,
+   * present.{i}.key|value outputs, for incremental decoding. Default false.
+   */
+  kvCache?: boolean;
+  /**
+   * Whether the model takes a mask input: `attn_mask` (float32, qkv's polarity: nonzero = may attend)
+   * for MultiHeadAttention [B|1, H|1, L|1, S] and SelfAttention [B|1, L, L]; `attention_mask` (int64
+   * [B, S], 1 = keep, 0 = padding) for TinyTransformer. Default false for the attention layers, true for
+   * TinyTransformer (transformers.js and Optimum always feed it).
+   */
+  mask?: boolean;
+  /**
+   * MultiHeadAttention and SelfAttention: the forward's `causal` option, fixed into the graph (default
+   * false). A TinyTransformer's own config decides for it.
+   */
+  causal?: CausalOption;
+}
+
+const FN = 'toOnnx';
+const OPTIONS = ['opset', 'dynamicAxes', 'shape', 'kvCache', 'mask', 'causal'] as const;
+
+/** Resolved options, with the dims inputs and outputs declare. */
+interface Resolved {
+  opset: 17 | 23;
+  kvCache: boolean;
+  mask: boolean;
+  causal: false | 'bottom-right' | 'top-left';
+  /** Declared dims: symbolic names, or the fixed sizes. */
+  dims: {
+    B: number | string;
+    L: number | string;
+    S: number | string;
+    past: number | string;
+    total: number | string;
+  };
+}
+
+function resolve(module: OnnxExportable, options: OnnxExportOptions): Resolved {
+  checkOptionNames(FN, options, OPTIONS);
+  const { opset = 17, dynamicAxes = true, kvCache = false, shape } = options;
+  const isModel = module instanceof TinyTransformer;
+  const kind = moduleName(module);
+  if (opset !== 17 && opset !== 23) {
+    throw new RangeError(
+      `${FN}: options.opset must be 17 (plain ops) or 23 (the Attention op), got ${formatValue(opset)}`,
+    );
+  }
+  checkBoolean(FN, 'options.dynamicAxes', dynamicAxes);
+  checkBoolean(FN, 'options.kvCache', kvCache);
+  if (kvCache && !isModel) {
+    throw new TypeError(
+      `${FN}: options.kvCache cannot be expressed for a ${kind}: the cache inputs serve a decoder TinyTransformer`,
+    );
+  }
+  if (kvCache && !(module as TinyTransformer).config.causal) {
+    throw new TypeError(
+      `${FN}: options.kvCache cannot be expressed for an encoder TinyTransformer (causal: false): a key/value cache serves a decoder`,
+    );
+  }
+  const mask = options.mask ?? isModel;
+  checkBoolean(FN, 'options.mask', mask);
+  let causal: Resolved['causal'] = false;
+  if (options.causal !== undefined) {
+    if (isModel) {
+      throw new TypeError(
+        `${FN}: options.causal cannot be set for a TinyTransformer: its config.causal (${(module as TinyTransformer).config.causal}) decides`,
+      );
+    }
+    const c = options.causal;
+    if (c !== true && c !== false && c !== 'bottom-right' && c !== 'top-left') {
+      throw new TypeError(
+        `${FN}: options.causal must be true, false, 'bottom-right' or 'top-left', got ${formatValue(c)}`,
+      );
+    }
+    causal = c === true ? 'bottom-right' : c;
+  }
+  let dims: Resolved['dims'] = {
+    B: 'batch',
+    L: 'sequence',
+    S: 'key_sequence',
+    past: 'past_sequence',
+    total: 'total_sequence',
+  };
+  if (dynamicAxes) {
+    if (shape !== undefined) {
+      throw new TypeError(`${FN}: options.shape fixes the sizes, which needs dynamicAxes: false`);
+    }
+  } else {
+    if (shape === null || typeof shape !== 'object') {
+      throw new TypeError(
+        `${FN}: options.shape { batch, length } is required with dynamicAxes: false (the fixed sizes), got ${formatValue(shape)}`,
+      );
+    }
+    checkOptionNames(`${FN}: options.shape`, shape, ['batch', 'length', 'keyLength', 'pastLength']);
+    const { batch, length, keyLength = length, pastLength = 0 } = shape;
+    checkInteger(FN, 'options.shape.batch', batch, 1);
+    checkInteger(FN, 'options.shape.length', length, 1);
+    checkInteger(FN, 'options.shape.keyLength', keyLength, 1);
+    checkInteger(FN, 'options.shape.pastLength', pastLength, 0);
+    if (shape.keyLength !== undefined && !(module instanceof MultiHeadAttention)) {
+      throw new TypeError(
+        `${FN}: options.shape.keyLength serves a MultiHeadAttention (keys of their own length), not a ${kind}`,
+      );
+    }
+    if (shape.pastLength !== undefined && !kvCache) {
+      throw new TypeError(`${FN}: options.shape.pastLength needs kvCache: true`);
+    }
+    if (isModel) {
+      const { maxLen } = (module as TinyTransformer).config;
+      if (pastLength + length > maxLen) {
+        throw new RangeError(
+          `${FN}: options.shape asks for ${pastLength + length} positions (pastLength + length) but the model's positional table has maxLen=${maxLen}`,
+        );
+      }
+    }
+    dims = { B: batch, L: length, S: keyLength, past: pastLength, total: pastLength + length };
+  }
+  return { opset, kvCache, mask, causal, dims };
+}
+
+function moduleName(module: unknown): string {
+  if (module instanceof MultiHeadAttention) return 'MultiHeadAttention';
+  if (module instanceof SelfAttention) return 'SelfAttention';
+  if (module instanceof TinyTransformer) return 'TinyTransformer';
+  return formatValue(module);
+}
+
+/** The attention core of the chosen opset. */
+function core(
+  g: GraphBuilder,
+  r: Resolved,
+  c: CoreInputs & { isCausal?: boolean; past?: { key: string; value: string }; present?: [string, string] },
+): string {
+  if (r.opset === 23) return attentionCore23(g, c);
+  return attentionCore17(g, c);
+}
+
+/** Bool visibility: causal (when asked) and the float mask (nonzero = may attend), combined with And. */
+function visibility(
+  g: GraphBuilder,
+  causal: string | undefined,
+  mask: string | undefined,
+): string | undefined {
+  const m = mask === undefined ? undefined : g.op('Cast', [mask], [{ name: 'to', int: DataType.BOOL }]);
+  if (causal && m) return g.op('And', [causal, m]);
+  return causal ?? m;
+}
+
+function exportMultiHead(g: GraphBuilder, m: MultiHeadAttention, r: Resolved): void {
+  const { B, L, S } = r.dims;
+  const { embedDim: D, numHeads: H, numKvHeads: Hkv, headDim: E, kdim, vdim } = m;
+  const query = g.input('query', DataType.FLOAT, [B, L, D]);
+  const key = g.input('key', DataType.FLOAT, [B, S, kdim]);
+  const value = g.input('value', DataType.FLOAT, [B, S, vdim]);
+  const attnMask = r.mask
+    ? g.input('attn_mask', DataType.FLOAT, [
+        'attn_mask_batch',
+        'attn_mask_heads',
+        'attn_mask_queries',
+        'attn_mask_keys',
+      ])
+    : undefined;
+  const dict = m.stateDict();
+  const kvWidth = Hkv * E;
+  let wq: string;
+  let wk: string;
+  let wv: string;
+  if (dict.in_proj_weight) {
+    const w = g.weight('in_proj_weight', dict.in_proj_weight);
+    [wq, wk, wv] = g.ops('Split', [w, g.ints([D, D, D])], 3, [{ name: 'axis', int: 0 }]);
+  } else {
+    wq = g.weight('q_proj_weight', dict.q_proj_weight);
+    wk = g.weight('k_proj_weight', dict.k_proj_weight);
+    wv = g.weight('v_proj_weight', dict.v_proj_weight);
+  }
+  let bq: string | undefined;
+  let bk: string | undefined;
+  let bv: string | undefined;
+  if (dict.in_proj_bias) {
+    const b = g.weight('in_proj_bias', dict.in_proj_bias);
+    [bq, bk, bv] = g.ops('Split', [b, g.ints([D, kvWidth, kvWidth])], 3, [{ name: 'axis', int: 0 }]);
+  }
+  const q = splitHeads(g, linear(g, query, wq, bq), H, E);
+  const k = splitHeads(g, linear(g, key, wk, bk), Hkv, E);
+  const v = splitHeads(g, linear(g, value, wv, bv), Hkv, E);
+  // ONNX's is_causal is top-left; the bottom-right case (qkv's `true`) is spelled as a mask.
+  const isCausal = r.opset === 23 && r.causal === 'top-left' && !attnMask;
+  const causal =
+    r.causal && !isCausal ? causalVisible(g, g.dim(query, 1), g.dim(key, 1), r.causal) : undefined;
+  const visible = visibility(g, causal, attnMask);
+  const heads = core(g, r, {
+    q,
+    k,
+    v,
+    numHeads: H,
+    numKvHeads: Hkv,
+    keyWidth: E,
+    valueWidth: E,
+    scale: 1 / Math.sqrt(E),
+    visible,
+    isCausal,
+  });
+  const out = linear(
+    g,
+    mergeHeads(g, heads, D),
+    g.weight('out_proj.weight', dict['out_proj.weight']),
+    dict['out_proj.bias'] && g.weight('out_proj.bias', dict['out_proj.bias']),
+  );
+  g.output(out, 'output', DataType.FLOAT, [B, L, D]);
+}
+
+function exportSelfAttention(g: GraphBuilder, m: SelfAttention, r: Resolved): void {
+  const { B, L } = r.dims;
+  const x = g.input('input', DataType.FLOAT, [B, L, m.dModel]);
+  const attnMask = r.mask ? g.input('attn_mask', DataType.FLOAT, ['attn_mask_batch', L, L]) : undefined;
+  // The article's x·W layout: a plain MatMul, one head of width dK.
+  const project = (name: string, w: SelfAttention['WQ']) =>
+    g.op('Unsqueeze', [g.op('MatMul', [x, g.weight(name, w)]), g.ints([1])]); // [B, 1, L, ·]
+  const q = project('WQ', m.WQ);
+  const k = project('WK', m.WK);
+  const v = project('WV', m.WV);
+  // Keys are the queries' own positions (L = S), so both alignments are the top-left one.
+  const isCausal = r.opset === 23 && r.causal !== false && !attnMask;
+  const causal = r.causal && !isCausal ? causalVisible(g, g.dim(x, 1), g.dim(x, 1), 'top-left') : undefined;
+  const mask = attnMask && g.op('Unsqueeze', [attnMask, g.ints([1])]); // [B|1, 1, L, L]
+  const visible = visibility(g, causal, mask);
+  const out = core(g, r, {
+    q,
+    k,
+    v,
+    numHeads: 1,
+    numKvHeads: 1,
+    keyWidth: m.dK,
+    valueWidth: m.dV,
+    scale: 1 / Math.sqrt(m.dK),
+    visible,
+    isCausal,
+  });
+  g.output(g.op('Squeeze', [out, g.ints([1])]), 'output', DataType.FLOAT, [B, L, m.dV]);
+}
+
+function exportTransformer(g: GraphBuilder, m: TinyTransformer, r: Resolved): void {
+  const { B, L, past, total } = r.dims;
+  const { vocabSize: V, dModel: D, numHeads: H, numLayers, maxLen, causal, scaleScores } = m.config;
+  const E = D / H;
+  const ids = g.input('input_ids', DataType.INT64, [B, L]);
+  const attentionMask = r.mask
+    ? g.input('attention_mask', DataType.INT64, [B, r.kvCache ? total : L])
+    : undefined;
+  const positionIds = r.kvCache ? g.input('position_ids', DataType.INT64, [B, L]) : undefined;
+  const pastKV: { key: string; value: string }[] = [];
+  if (r.kvCache) {
+    for (let i = 0; i < numLayers; i++) {
+      pastKV.push({
+        key: g.input(`past_key_values.${i}.key`, DataType.FLOAT, [B, H, past, E]),
+        value: g.input(`past_key_values.${i}.value`, DataType.FLOAT, [B, H, past, E]),
+      });
+    }
+  }
+  const dict = m.stateDict();
+  const w = (name: string) => g.weight(name, dict[name]);
+  const embedding = w('embedding.weight');
+  const table = g.weight('position_table', sinusoidalPositionalEncoding(maxLen, D));
+
+  // Embedding ×√D plus the sinusoidal row of each position (0…L−1, or position_ids with a cache).
+  const Ldim = g.dim(ids, 1);
+  const positions =
+    positionIds ??
+    g.op('Range', [g.ints([0], true), g.op('Squeeze', [Ldim, g.ints([0])]), g.ints([1], true)]);
+  let x = g.op('Mul', [g.op('Gather', [embedding, ids], [{ name: 'axis', int: 0 }]), g.float(Math.sqrt(D))]);
+  x = g.op('Add', [x, g.op('Gather', [table, positions], [{ name: 'axis', int: 0 }])]); // [B, L, D]
+
+  // Who sees whom, once for every layer: causal (bottom-right over past + new keys) and padding.
+  const S = r.kvCache ? g.op('Add', [g.dim(pastKV[0].key, 2), Ldim]) : Ldim;
+  const isCausal = r.opset === 23 && causal && !r.kvCache && !attentionMask; // L = S: top-left is right
+  const causalMask = causal && !isCausal ? causalVisible(g, Ldim, S, 'bottom-right') : undefined;
+  const padding = attentionMask && g.op('Unsqueeze', [attentionMask, g.ints([1, 2])]); // [B, 1, 1, S]
+  const visible = visibility(g, causalMask, padding);
+
+  const scale = scaleScores ? 1 / Math.sqrt(E) : 1;
+  for (let i = 0; i < numLayers; i++) {
+    const p = `layers.${i}.`;
+    const h = layerNorm(g, x, w(`${p}norm1.weight`), w(`${p}norm1.bias`));
+    const [q3, k3, v3] = g.ops(
+      'Split',
+      [linear(g, h, w(`${p}self_attn.in_proj_weight`), w(`${p}self_attn.in_proj_bias`)), g.ints([D, D, D])],
+      3,
+      [{ name: 'axis', int: -1 }],
+    );
+    const q = splitHeads(g, q3, H, E);
+    let k = splitHeads(g, k3, H, E);
+    let v = splitHeads(g, v3, H, E);
+    const present: [string, string] = [`present.${i}.key`, `present.${i}.value`];
+    let heads: string;
+    if (r.kvCache && r.opset === 17) {
+      k = g.op('Concat', [pastKV[i].key, k], [{ name: 'axis', int: 2 }], present[0]);
+      v = g.op('Concat', [pastKV[i].value, v], [{ name: 'axis', int: 2 }], present[1]);
+      heads = core(g, r, { q, k, v, numHeads: H, numKvHeads: H, keyWidth: E, valueWidth: E, scale, visible });
+    } else {
+      const cache = r.kvCache ? { past: pastKV[i], present } : {};
+      heads = core(g, r, {
+        q,
+        k,
+        v,
+        numHeads: H,
+        numKvHeads: H,
+        keyWidth: E,
+        valueWidth: E,
+        scale,
+        visible,
+        isCausal,
+        ...cache,
+      });
+    }
+    const a = linear(
+      g,
+      mergeHeads(g, heads, D),
+      w(`${p}self_attn.out_proj.weight`),
+      w(`${p}self_attn.out_proj.bias`),
+    );
+    const x1 = g.op('Add', [x, a]);
+    const h2 = layerNorm(g, x1, w(`${p}norm2.weight`), w(`${p}norm2.bias`));
+    const hidden = geluTanh(g, linear(g, h2, w(`${p}linear1.weight`), w(`${p}linear1.bias`)));
+    x = g.op('Add', [x1, linear(g, hidden, w(`${p}linear2.weight`), w(`${p}linear2.bias`))]);
+  }
+  x = layerNorm(g, x, w('norm.weight'), w('norm.bias'));
+  const logits = g.op('MatMul', [x, g.op('Transpose', [embedding], [{ name: 'perm', ints: [1, 0] }])]); // tied head
+  g.output(logits, 'logits', DataType.FLOAT, [B, L, V]);
+  if (r.kvCache) {
+    for (let i = 0; i < numLayers; i++) {
+      g.output(`present.${i}.key`, `present.${i}.key`, DataType.FLOAT, [B, H, total, E]);
+      g.output(`present.${i}.value`, `present.${i}.value`, DataType.FLOAT, [B, H, total, E]);
+    }
+  }
+}
+
+/**
+ * Exports a MultiHeadAttention, SelfAttention or TinyTransformer as an ONNX model (ModelProto bytes)
+ * that computes the module's forward: weights as float32 initializers under their state-dict names,
+ * batch and sequence axes symbolic unless `dynamicAxes: false`.
+ *
+ * Inputs and outputs: MultiHeadAttention `query` [B, L, D], `key` [B, S, kdim], `value` [B, S, vdim]
+ * (+ `attn_mask` with `mask: true`) → `output` [B, L, D]; SelfAttention `input` [B, L, dModel] →
+ * `output` [B, L, dV]; TinyTransformer `input_ids` int64 [B, L] (+ `attention_mask` int64 [B, S]) →
+ * `logits` [B, L, V], and with `kvCache: true` also `position_ids` int64 [B, L] and
+ * `past_key_values.{i}.key|value` [B, H, S_past, E] → `present.{i}.key|value` [B, H, S_past + L, E].
+ *
+ * @throws naming the option when it cannot be expressed (kvCache on an encoder, an unknown opset, …).
+ *
+ * @example
+ * import { TinyTransformer } from 'qkv';
+ * import { toOnnx } from 'qkv/onnx';
+ * const model = new TinyTransformer({ vocabSize: 100, dModel: 32, numHeads: 4, numLayers: 2, dFF: 64, maxLen: 64, causal: true });
+ * const bytes = toOnnx(model, { kvCache: true }); // a Uint8Array: write it to model.onnx
+ */
+export function toOnnx(module: OnnxExportable, options: OnnxExportOptions = {}): Uint8Array {
+  if (
+    !(
+      module instanceof MultiHeadAttention ||
+      module instanceof SelfAttention ||
+      module instanceof TinyTransformer
+    )
+  ) {
+    throw new TypeError(
+      `${FN}: module must be a MultiHeadAttention, SelfAttention or TinyTransformer, got ${formatValue(module)}`,
+    );
+  }
+  const r = resolve(module, options);
+  const g = new GraphBuilder(r.opset);
+  const metadata: Record<string, string> = { 'qkv.module': moduleName(module) };
+  if (module instanceof MultiHeadAttention) {
+    exportMultiHead(g, module, r);
+    const { embedDim, numHeads, numKvHeads, kdim, vdim, hasBias } = module;
+    metadata['qkv.config'] = JSON.stringify({
+      embedDim,
+      numHeads,
+      numKvHeads,
+      kdim,
+      vdim,
+      bias: hasBias,
+      causal: r.causal,
+    });
+  } else if (module instanceof SelfAttention) {
+    exportSelfAttention(g, module, r);
+    const { dModel, dK, dV } = module;
+    metadata['qkv.config'] = JSON.stringify({ dModel, dK, dV, causal: r.causal });
+  } else {
+    exportTransformer(g, module, r);
+    metadata['qkv.config'] = JSON.stringify(module.config);
+  }
+  return g.encode({
+    // IR 8 is what onnx 1.12 (opset 17) reads; IR 11 came with opset 23 (onnx 1.18).
+    irVersion: r.opset === 17 ? 8 : 11,
+    graphName: moduleName(module),
+    docString: `qkv ${moduleName(module)}, opset ${r.opset}${r.kvCache ? ', with a key/value cache' : ''}`,
+    metadata,
+  });
+}
