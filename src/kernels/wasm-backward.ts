@@ -14,7 +14,7 @@ import {
   KernelResourceError,
 } from './types.js';
 import { classifyBlock, kvRow, kvRun } from './visibility.js';
-import { releaseWasm, type WasmRuntime, wasmSupport, withWasm } from './wasm-runtime.js';
+import { callId, releaseWasm, type WasmRuntime, wasmSupport, withWasm } from './wasm-runtime.js';
 
 /** The backward half of the module's exports (assembly/attention-backward.ts, and transposeK). */
 interface BackwardExports {
@@ -86,8 +86,8 @@ class BackwardDriver {
   private readonly BC: number;
   private readonly BR: number;
   private f32: Float32Array;
-  // Whose mask/bias sit whole in memory (weak: a finished call's tensors are not kept alive).
-  private problem: WeakRef<BackwardProblem> | undefined;
+  // Whose mask/bias sit whole in memory: the call's callId (0: none), so its tensors are not kept alive.
+  private problem = 0;
   private maskWhole = false;
   private biasWhole = false;
   private biasBad = false; // the whole bias holds a NaN or a value above BIAS_LIMIT
@@ -172,14 +172,14 @@ class BackwardDriver {
       end += pad(bytes, 16);
     }
     this.rt.ensure(end);
-    if (!this.rt.claim(this)) this.problem = undefined;
+    if (!this.rt.claim(this)) this.problem = 0;
     this.f32 = this.rt.f32;
     const f32 = this.f32;
     const ex = this.ex;
 
-    if (this.problem?.deref() !== p) {
+    if (this.problem !== callId(p)) {
       // Small masks and biases are copied as given (broadcast axes stay size 1), once per call.
-      this.problem = undefined;
+      this.problem = 0;
       this.maskWhole = maskWhole;
       this.biasWhole = biasWhole;
       this.biasBad = false;
@@ -188,7 +188,7 @@ class BackwardDriver {
         f32.set(bias.data, at.bias / 4);
         this.biasBad = ex.bwdAbove(at.bias, bias.data.length, BIAS_LIMIT) !== 0;
       }
-      this.problem = new WeakRef(p);
+      this.problem = callId(p);
     }
     if (bias && (biasWhole ? this.biasBad : biasSliceBad(bias, b, h0, G, L, S))) return false;
 

@@ -148,3 +148,21 @@ export function wasmSupport(): true | string {
   if (wasmUnavailable) return wasmUnavailable;
   return true;
 }
+
+const callIds = new WeakMap<object, number>();
+let nextCallId = 1;
+
+/**
+ * A number that names `problem` for as long as it lives (1, 2, …; never reused), so a driver can tell
+ * whether the memory already holds what it copied for this call without keeping the call's arrays alive.
+ * A WeakMap and not a WeakRef: a WeakRef keeps its target until the current job ends, so a synchronous
+ * loop of calls (a training loop that never awaits) would keep every call's tensors alive until it ends.
+ */
+export function callId(problem: object): number {
+  let id = callIds.get(problem);
+  if (id === undefined) {
+    id = nextCallId++;
+    callIds.set(problem, id);
+  }
+  return id;
+}

@@ -14,7 +14,7 @@ import {
 } from './types.js';
 import { type Band, classifyBlock, headsOf, kvRow, kvRun, rowsBand, visibleRange } from './visibility.js';
 import { wasmBackward } from './wasm-backward.js';
-import { releaseWasm, type WasmRuntime, wasmSupport, withWasm } from './wasm-runtime.js';
+import { callId, releaseWasm, type WasmRuntime, wasmSupport, withWasm } from './wasm-runtime.js';
 
 /** The attention half of the module's exports (assembly/attention.ts). */
 interface KernelExports {
@@ -89,8 +89,8 @@ const pad = (n: number, m: number) => Math.ceil(n / m) * m;
 class AttentionDriver {
   private readonly exports: KernelExports;
   private f32: Float32Array;
-  // Whose mask/bias are in memory; weak, so a finished call's tensors are not kept alive.
-  private problem: WeakRef<AttentionProblem> | undefined;
+  // Whose mask/bias are in memory: the call's callId (0: none), so its tensors are not kept alive.
+  private problem = 0;
   private kvKey = ''; // which (problem, b, hk, s0, s1) K and V in memory belong to
   private maskPtr = 0;
   private biasPtr = 0;
@@ -108,7 +108,7 @@ class AttentionDriver {
   private ensure(bytes: number): void {
     this.rt.ensure(bytes);
     if (!this.rt.claim(this)) {
-      this.problem = undefined;
+      this.problem = 0;
       this.kvKey = '';
     }
     this.f32 = this.rt.f32;
@@ -157,9 +157,9 @@ class AttentionDriver {
     const stagePtr = tilePtr + pad(this.exports.tileBytes(), 16);
     this.ensure(stagePtr + Math.max(kvCols, rowsMax) * E * 4);
     this.stagePtr = stagePtr;
-    if (this.problem?.deref() !== p || this.maskPtr !== base || this.biasPtr !== base + maskBytes) {
+    if (this.problem !== callId(p) || this.maskPtr !== base || this.biasPtr !== base + maskBytes) {
       // Small masks and biases are copied as given (broadcast axes stay size 1), once per call.
-      this.problem = new WeakRef(p);
+      this.problem = callId(p);
       this.kvKey = '';
       this.maskPtr = base;
       this.biasPtr = base + maskBytes;
