@@ -237,6 +237,7 @@ describe('qkv train --task lm', () => {
       /--text is an option of --task lm only/,
     );
     expect((await run([...common, '--lr', 'fast'])).err).toMatch(/--lr must be a number > 0/);
+    expect((await run([...common, '--dropout', '1'])).err).toMatch(/--dropout must be a number in \[0, 1\)/);
     const missing = await run([
       'train',
       '--task',

@@ -46,6 +46,8 @@ Options of --task lm:
   --d-model <n>, --layers <n>, --heads <n>, --d-ff <n>   the model; default 256, 4, 8, 1024
   --batch-size <n>     windows per step; default 16
   --lr <x>             peak learning rate; default 0.001
+  --warmup <n>         warm-up steps; default 200
+  --dropout <p>        dropout after attention and MLP outputs, in [0, 1); default 0.1
   --save-every <n>     write the checkpoint and the training state every n steps; default 100
   --resume             continue from the training state next to --out (<out>.state) if there is one
   --float16            store the checkpoint's weights as float16 (half the size)
@@ -74,6 +76,8 @@ interface LmArgs {
   dFF: number;
   batchSize: number;
   lr: number;
+  warmup: number;
+  dropout: number;
   saveEvery: number;
   resume: boolean;
   float16: boolean;
@@ -96,6 +100,8 @@ function parse(argv: string[]): TrainArgs | 'help' {
     'd-ff': { type: 'string' },
     'batch-size': { type: 'string' },
     lr: { type: 'string' },
+    warmup: { type: 'string' },
+    dropout: { type: 'string' },
     'save-every': { type: 'string' },
     resume: { type: 'boolean' },
     float16: { type: 'boolean' },
@@ -133,6 +139,8 @@ function parse(argv: string[]): TrainArgs | 'help' {
     'd-ff',
     'batch-size',
     'lr',
+    'warmup',
+    'dropout',
     'save-every',
     'resume',
     'float16',
@@ -144,6 +152,10 @@ function parse(argv: string[]): TrainArgs | 'help' {
     const lr = values.lr === undefined ? 1e-3 : Number(values.lr);
     if (!(Number.isFinite(lr) && lr > 0))
       throw new UsageError(`train: --lr must be a number > 0, got '${String(values.lr)}'`);
+    const dropout = values.dropout === undefined ? 0.1 : Number(values.dropout);
+    if (!(dropout >= 0 && dropout < 1)) {
+      throw new UsageError(`train: --dropout must be a number in [0, 1), got '${String(values.dropout)}'`);
+    }
     lm = {
       text: values.text,
       heldout: values.heldout as string | undefined,
@@ -155,6 +167,8 @@ function parse(argv: string[]): TrainArgs | 'help' {
       dFF: integerOption('train', values, 'd-ff', 1024, 1, 1 << 16),
       batchSize: integerOption('train', values, 'batch-size', 16, 1, 1 << 16),
       lr,
+      warmup: integerOption('train', values, 'warmup', 200, 0, 1_000_000),
+      dropout,
       saveEvery: integerOption('train', values, 'save-every', 100, 1, 1_000_000),
       resume: Boolean(values.resume),
       float16: Boolean(values.float16),
@@ -342,9 +356,16 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
     train,
     test,
     contextLength: o.context,
-    model: { dModel: o.dModel, numHeads: o.heads, numLayers: o.layers, dFF: o.dFF },
+    model: { dModel: o.dModel, numHeads: o.heads, numLayers: o.layers, dFF: o.dFF, dropout: o.dropout },
   });
-  const trainer = new Trainer({ task, seed: args.seed, steps: args.steps, batchSize: o.batchSize, lr: o.lr });
+  const trainer = new Trainer({
+    task,
+    seed: args.seed,
+    steps: args.steps,
+    batchSize: o.batchSize,
+    lr: o.lr,
+    warmup: o.warmup,
+  });
   if (saved) {
     trainer.restoreState(saved);
     io.stderr.write(`qkv train: resumed from ${statePath} at step ${trainer.step}\n`);
