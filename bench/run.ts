@@ -1,16 +1,18 @@
-// `npm run bench`: qkv's kernels against the article's code, tfjs-wasm and ONNX Runtime on the sizes of
-// issue 3, each (implementation, size) in a fresh child process; prints the table, writes results.json.
+// `npm run bench`: three tables, each row in a fresh child process. The attention grid: qkv's kernels
+// against the article's code, tfjs-wasm and ONNX Runtime on the sizes of issue 3 (results.json). P2:
+// MultiHeadAttention forward against PyTorch's ONNX export in onnxruntime-web and tfjs-wasm
+// (results-p2.json). T1: a training step of a 2-layer decoder against tfjs (results-t1.json).
 // One decision to know: rows run one at a time (never in parallel) so that they do not compete for the
-// two cores; a row estimated to take over 30 s per run is skipped and says so.
-// Flags: --quick (smallest size, fewer runs), --only <substring> (repeatable), --readme, --readme-only.
+// two cores; a grid row estimated to take over 30 s per run is skipped and says so.
+// Flags: --table <names>, --quick, --only <substring> (repeatable), --readme, --readme-only.
 
-import { execFileSync, fork } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { makeInputs } from './check.js';
-import type { ChildMessage, ChildResult } from './child.js';
+import type { ChildResult } from './child.js';
 import {
   CONFIGS,
   type Config,
@@ -23,6 +25,7 @@ import {
   MEMORY_TARGETS,
   RELAXED_SIMD_FLAG,
 } from './jobs.js';
+import { p2Table, p2TargetsTable } from './p2.js';
 import { ORT_NODE_INSTALL } from './peers/ort-install.js';
 import { referenceOutput, wasmBuild } from './qkv.js';
 import {
@@ -33,11 +36,13 @@ import {
   type Machine,
   machineLine,
   newRow,
-  type Results,
   type Row,
   targetsMarkdownTable,
   toJson,
 } from './results.js';
+import { runChild } from './spawn.js';
+import { t1Table, t1TargetsTable } from './t1.js';
+import { runP2, runT1, TABLE_NAMES, type TableContext, type TableName } from './tables.js';
 import { updateReadme } from './update-readme.js';
 
 const BENCH_DIR = dirname(dirname(fileURLToPath(import.meta.url))); // bench/ (this file runs from bench/dist)
@@ -49,24 +54,41 @@ const ARTICLE_RATE = 0.65e6; // FLOP per ms: issue 3 measured the article's code
 const FULL_REFERENCE_UP_TO = 2.2e9; // FLOPs; above this, check sampled rows in float64 instead
 
 const USAGE = `usage: npm run bench -- [options]
-  --quick              the smallest size only, fewer runs, no memory-target rows (a smoke run)
-  --only <substring>   rows whose "implementation config" contains it, e.g. --only "ort" --only "(1,8,1024"
-                       (repeatable; a partial run writes bench/results.partial.json)
-  --readme             after a full run, rewrite docs/benchmarks.md's table from bench/results.json
-  --readme-only        only rewrite docs/benchmarks.md's table from bench/results.json`;
+  --table <names>      only these tables, comma-separated or repeated: attention (the kernel grid and the
+                       memory targets), p2 (MultiHeadAttention forward), t1 (training step); default all
+  --quick              the smallest size only, fewer runs and steps, no memory-target rows (a smoke run)
+  --only <substring>   rows whose "implementation config" (grid), "P2 implementation" or "T1 implementation"
+                       contains it, e.g. --only "ort" --only "(1,8,1024" (repeatable; a partial run writes
+                       bench/results.partial.json)
+  --readme             after the run, rewrite the sections of docs/benchmarks.md whose tables ran in full
+  --readme-only        only rewrite docs/benchmarks.md from bench/results.json, results-p2.json, results-t1.json`;
 
 interface Args {
+  tables: TableName[];
   quick: boolean;
   only: string[];
   readme: boolean;
   readmeOnly: boolean;
 }
 
+function parseTables(list: string): TableName[] {
+  const names = list.toLowerCase().split(',').filter(Boolean);
+  for (const name of names) {
+    if (!(TABLE_NAMES as string[]).includes(name)) {
+      console.error(`bench: unknown table '${name}' (tables: ${TABLE_NAMES.join(', ')})\n${USAGE}`);
+      process.exit(2);
+    }
+  }
+  return names as TableName[];
+}
+
 function parseArgs(argv: string[]): Args {
-  const args: Args = { quick: false, only: [], readme: false, readmeOnly: false };
+  const args: Args = { tables: [], quick: false, only: [], readme: false, readmeOnly: false };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === '--quick') args.quick = true;
+    else if (a === '--table' && argv[i + 1] !== undefined) args.tables.push(...parseTables(argv[++i]));
+    else if (a.startsWith('--table=')) args.tables.push(...parseTables(a.slice('--table='.length)));
     else if (a === '--readme') args.readme = true;
     else if (a === '--readme-only') args.readmeOnly = true;
     else if (a === '--help') {
@@ -85,40 +107,6 @@ function parseArgs(argv: string[]): Args {
 /** What a run costs, for estimates: the article computes the full L×S matrix even when causal. */
 function work(impl: Impl, c: Config): number {
   return impl.kind === 'article' ? 4 * c.B * c.H * c.L * c.S * c.E : flops(c);
-}
-
-function runChild(job: Job, timeoutMs: number): Promise<ChildResult & { timedOut?: boolean }> {
-  return new Promise((resolve) => {
-    const child = fork(join(BENCH_DIR, 'dist', 'child.js'), [JSON.stringify(job)], {
-      stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
-      execArgv: job.impl.kind === 'qkv' && job.impl.relaxed ? [RELAXED_SIMD_FLAG] : [],
-    });
-    let peakRssMB = 0;
-    let result: ChildResult | undefined;
-    let stderr = '';
-    let timedOut = false;
-    child.stderr?.on('data', (chunk: Buffer) => {
-      if (stderr.length < 8000) stderr += chunk.toString(); // the error comes first, its stack after
-    });
-    child.on('message', (m: ChildMessage) => {
-      if (m.type === 'rss') peakRssMB = Math.max(peakRssMB, m.peakRssMB);
-      else result = m.result;
-    });
-    const timer = setTimeout(() => {
-      timedOut = true;
-      child.kill('SIGKILL');
-    }, timeoutMs);
-    child.on('exit', (code, signal) => {
-      clearTimeout(timer);
-      if (result) return resolve(result);
-      const lines = stderr.split('\n').filter((l) => l.trim() !== '');
-      const reason = lines.find((l) => /\b[A-Za-z]*Error\b/.test(l)) ?? lines.at(-1) ?? '';
-      const message = timedOut
-        ? `no result after ${Math.round(timeoutMs / 1000)} s`
-        : `exit ${code ?? signal}: ${reason}`;
-      resolve({ status: 'failed', message, timesMs: [], peakRssMB, timedOut });
-    });
-  });
 }
 
 /** The measured tree's commit, or 'unknown' outside a git checkout. */
@@ -200,7 +188,12 @@ async function measureRow({ impl, config, memoryLimitMB }: Planned, ctx: RunCont
     peersDir: PEERS_DIR,
     singleRun: memoryLimitMB !== undefined,
   };
-  const result = await runChild(job, memoryLimitMB === undefined ? 4 * limit : 1.5 * limit);
+  const result = await runChild<ChildResult>(
+    join(BENCH_DIR, 'dist', 'child.js'),
+    job,
+    job.impl.kind === 'qkv' && job.impl.relaxed ? [RELAXED_SIMD_FLAG] : [],
+    memoryLimitMB === undefined ? 4 * limit : 1.5 * limit,
+  );
   row.status = result.timedOut ? 'timeout' : result.status;
   if (result.message) row.message = result.message;
   row.timesMs = result.timesMs;
@@ -212,20 +205,11 @@ async function measureRow({ impl, config, memoryLimitMB }: Planned, ctx: RunCont
   return row;
 }
 
-async function main(): Promise<void> {
-  const args = parseArgs(process.argv.slice(2));
-  const resultsFile = join(BENCH_DIR, 'results.json');
-  if (args.readmeOnly) {
-    updateReadme(resultsFile, join(ROOT, 'docs', 'benchmarks.md'));
-    return;
-  }
-  const partial = args.quick || args.only.length > 0;
+/** The attention grid and the memory targets: runs, prints, returns the rows. */
+async function runAttention(args: Args, relaxedRows: boolean, ortNodeInstalled: boolean): Promise<Row[]> {
   const selected = (impl: Impl, c: Config) =>
     args.only.length === 0 ||
     args.only.some((s) => `${implName(impl)} ${configLabel(c)}`.toLowerCase().includes(s));
-
-  // Where relaxed SIMD is off by default (Node 20), the fused multiply-add build gets rows of its own.
-  const relaxedRows = wasmBuild() === 'simd';
   const plan: Planned[] = [];
   for (const config of args.quick ? CONFIGS.slice(0, 1) : CONFIGS) {
     for (const impl of implsForConfig(relaxedRows)) if (selected(impl, config)) plan.push({ impl, config });
@@ -234,14 +218,10 @@ async function main(): Promise<void> {
     const impl: Impl = { kind: 'qkv-default', threads: 1 };
     if (!args.quick && selected(impl, config)) plan.push({ impl, config, memoryLimitMB: limitMB });
   }
-
-  const info = machine();
-  const measured = commit();
-  console.log(`qkv bench: ${machineLine(info, measured)}`);
-  console.log(`${plan.length} rows, each in its own process${partial ? ' (partial run)' : ''}\n`);
+  console.log(`attention grid: ${plan.length} rows`);
   const context: RunContext = {
     quick: args.quick,
-    ortNodeInstalled: existsSync(join(PEERS_DIR, 'node_modules', 'onnxruntime-node')),
+    ortNodeInstalled,
     scratch: mkdtempSync(join(tmpdir(), 'qkv-bench-')),
     expectedFiles: new Map(),
     speed: new Map(),
@@ -257,21 +237,77 @@ async function main(): Promise<void> {
   } finally {
     rmSync(context.scratch, { recursive: true, force: true });
   }
-
+  if (rows.length === 0) return rows;
   addRatios(rows);
   console.log(`\n${consoleTable(rows)}\n`);
   console.log('max err: largest |out − expected| (the qkv reference kernel on small configs, float64 on');
   console.log('sampled rows on big ones). speed-up: best portable peer ms / qkv ms at ≤ the same threads.');
   console.log(`\n${targetsMarkdownTable(rows)}\n`);
+  return rows;
+}
 
-  const results: Results = { machine: info, commit: measured, partial, rows };
-  const file = partial ? join(BENCH_DIR, 'results.partial.json') : resultsFile;
-  writeFileSync(file, toJson(results));
-  console.log(`wrote ${file}`);
-  if (args.readme) {
-    if (partial) console.log('not updating docs/benchmarks.md from a partial run (drop --quick / --only)');
-    else updateReadme(resultsFile, join(ROOT, 'docs', 'benchmarks.md'));
+async function main(): Promise<void> {
+  const args = parseArgs(process.argv.slice(2));
+  const docs = join(ROOT, 'docs', 'benchmarks.md');
+  const files = {
+    attention: join(BENCH_DIR, 'results.json'),
+    p2: join(BENCH_DIR, 'results-p2.json'),
+    t1: join(BENCH_DIR, 'results-t1.json'),
+  };
+  if (args.readmeOnly) {
+    updateReadme(files, docs, TABLE_NAMES);
+    return;
   }
+  const tables = args.tables.length ? [...new Set(args.tables)] : TABLE_NAMES;
+  const partial = args.quick || args.only.length > 0;
+  // Where relaxed SIMD is off by default (Node 20), the fused multiply-add build gets rows of its own.
+  const relaxedRows = wasmBuild() === 'simd';
+
+  const info = machine();
+  const measured = commit();
+  console.log(`qkv bench: ${machineLine(info, measured)}`);
+  console.log(
+    `tables: ${tables.join(', ')}; each row in its own process${partial ? ' (partial run)' : ''}\n`,
+  );
+  const ortNodeInstalled = existsSync(join(PEERS_DIR, 'node_modules', 'onnxruntime-node'));
+  const tableContext: TableContext = {
+    benchDir: BENCH_DIR,
+    peersDir: PEERS_DIR,
+    quick: args.quick,
+    selected: (label) => args.only.length === 0 || args.only.some((s) => label.toLowerCase().includes(s)),
+    log: (line) => console.log(line),
+  };
+
+  const results: Partial<Record<TableName, unknown[]>> = {};
+  if (tables.includes('attention'))
+    results.attention = await runAttention(args, relaxedRows, ortNodeInstalled);
+  if (tables.includes('p2')) {
+    console.log('P2: MultiHeadAttention forward, self-attention, x [1, 1024, 512], embedDim 512, 8 heads');
+    const rows = await runP2(tableContext, relaxedRows);
+    results.p2 = rows;
+    if (rows.length) console.log(`\n${p2Table(rows, true)}\n\n${p2TargetsTable(rows)}\n`);
+  }
+  if (tables.includes('t1')) {
+    console.log('T1: training step, 2-layer decoder, batch 16 × 128 tokens');
+    const rows = await runT1(tableContext);
+    results.t1 = rows;
+    if (rows.length) console.log(`\n${t1Table(rows, true)}\n\n${t1TargetsTable(rows)}\n`);
+  }
+
+  const header = { machine: info, commit: measured, partial };
+  if (partial) {
+    const file = join(BENCH_DIR, 'results.partial.json');
+    writeFileSync(file, toJson({ ...header, rows: results.attention ?? [], p2: results.p2, t1: results.t1 }));
+    console.log(`wrote ${file}`);
+    if (args.readme)
+      console.log('not updating docs/benchmarks.md from a partial run (drop --quick / --only)');
+    return;
+  }
+  for (const table of tables) {
+    writeFileSync(files[table], toJson({ ...header, rows: results[table] ?? [] }));
+    console.log(`wrote ${files[table]}`);
+  }
+  if (args.readme) updateReadme(files, docs, tables);
 }
 
 await main();

@@ -1,19 +1,37 @@
-// Rewrites docs/benchmarks.md's table (between the bench:start and bench:end markers) from
-// bench/results.json: the machine line and the table. One decision to know: when the markers are missing,
-// the section is appended to the page.
+// Rewrites docs/benchmarks.md's sections from the results files: the attention grid (between the
+// bench:start and bench:end markers, from bench/results.json), P2 (bench:p2:start/end, results-p2.json)
+// and T1 (bench:t1:start/end, results-t1.json): each its method, machine line, targets and table.
+// One decision to know: when a section's markers are missing, the section is appended to the page.
 
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { MHA_FIXTURE_NAME, MHA_TOLERANCE, type P2Row, p2Table, p2TargetsTable } from './p2.js';
 import { ORT_NODE_INSTALL } from './peers/ort-install.js';
 import {
+  type Machine,
   machineLine,
   markdownTable,
   memoryMarkdownTable,
   type Results,
   targetsMarkdownTable,
 } from './results.js';
+import { T1, type T1Row, t1Table, t1TargetsTable } from './t1.js';
+import type { TableName } from './tables.js';
 
 const START = '<!-- bench:start -->';
 const END = '<!-- bench:end -->';
+const MARKERS: Record<TableName, [string, string]> = {
+  attention: [START, END],
+  p2: ['<!-- bench:p2:start -->', '<!-- bench:p2:end -->'],
+  t1: ['<!-- bench:t1:start -->', '<!-- bench:t1:end -->'],
+};
+
+/** A P2 or T1 results file: the attention grid's header, that table's rows. */
+interface TableResults<R> {
+  machine: Machine;
+  commit: string;
+  partial: boolean;
+  rows: R[];
+}
 
 export function benchSection(results: Results): string {
   const memoryRows = results.rows.filter((r) => r.memoryLimitMB !== undefined);
@@ -53,19 +71,95 @@ export function benchSection(results: Results): string {
   ].join('\n');
 }
 
-/** Replaces the marked section of `readmePath` (or inserts it) with one built from `resultsPath`. */
-export function updateReadme(resultsPath: string, readmePath: string): void {
-  const results = JSON.parse(readFileSync(resultsPath, 'utf8')) as Results;
-  const readme = readFileSync(readmePath, 'utf8');
-  const section = benchSection(results);
-  const start = readme.indexOf(START);
-  const end = readme.indexOf(END);
-  let next: string;
-  if (start >= 0 && end > start) {
-    next = readme.slice(0, start) + section + readme.slice(end + END.length);
-  } else {
-    next = `${readme.trimEnd()}\n\n${section}\n`;
+export function p2Section(results: TableResults<P2Row>): string {
+  const { atol, rtol } = MHA_TOLERANCE;
+  return [
+    MARKERS.p2[0],
+    '## P2: MultiHeadAttention forward',
+    '',
+    '`npm run bench -- --table p2` measures `MultiHeadAttention({ embedDim: 512, numHeads: 8 })` on',
+    'self-attention, x `[1, 1024, 512]`, no weights returned, against PyTorch’s own',
+    '`nn.MultiheadAttention(512, 8, batch_first=True)` exported to ONNX (opset 17, by',
+    `\`scripts/export_mha.py\`, committed as \`bench/fixtures/${MHA_FIXTURE_NAME}\`) in onnxruntime-web on 1 and 2`,
+    'threads (graph optimizations on), and the same layer written in tfjs-core ops on the WASM backend',
+    '(weights transposed once at set-up, the 8 heads as 2-D matMuls in a loop: its batched matMul is far slower, K transposed before its matMul; tfjs-wasm',
+    'has no threads under Node). qkv rows call `mha.forward(x, x, x)` (sync, one thread) and',
+    '`await mha.forwardAsync(x, x, x, { threads: 2 })`; the FMA rows are the same in a process with relaxed',
+    'SIMD on (as above). Every row loads its weights out of that one .onnx and is checked, before it is',
+    'timed, against PyTorch’s float64 output for 17 query rows (stored in the file’s metadata):',
+    `|out − expected| ≤ ${atol.toExponential(0)} + ${rtol.toExponential(0)}·|expected| on every element (max err below). ms is the median of up`,
+    'to 30 runs (or 4 s) after two warm-up runs; the ratio is onnxruntime-web’s ms at the same thread',
+    'count ÷ the row’s ms. onnxruntime-node is measured where installed (see above).',
+    '',
+    `Last run: ${machineLine(results.machine, results.commit)}.`,
+    '',
+    p2TargetsTable(results.rows),
+    '',
+    p2Table(results.rows),
+    MARKERS.p2[1],
+  ].join('\n');
+}
+
+export function t1Section(results: TableResults<T1Row>): string {
+  return [
+    MARKERS.t1[0],
+    '## T1: a training step',
+    '',
+    '`npm run bench -- --table t1` times one training step — forward, backward, AdamW update — of a',
+    `decoder with vocabulary ${T1.vocabSize}, d_model ${T1.dModel}, ${T1.numHeads} heads, ${T1.numLayers} pre-LayerNorm blocks (packed`,
+    `q/k/v projection, causal attention, tanh-GELU MLP of width ${T1.dFF}), token embedding ×√d_model plus`,
+    'sinusoidal positions, a final LayerNorm and an output head tied to the embedding, on a fixed batch of',
+    `${T1.batch} × ${T1.seqLen} tokens (seeded, uniform over the vocabulary; targets are the next tokens) with mean`,
+    `cross-entropy and AdamW (lr ${T1.lr}, betas 0.9/0.999, decoupled weight decay ${T1.weightDecay} on matrices only).`,
+    'qkv: `TinyTransformer` (exactly this model: pre-LN, sinusoidal, tied head) with',
+    '`autograd.crossEntropy`, `autograd.backward` and `autograd.AdamW`. tfjs: the same model in tfjs-core',
+    'ops, trained with `tf.variableGrads`, `tf.losses.softmaxCrossEntropy` and `tf.train.adam` plus the',
+    'same decoupled decay (so AdamW), on the WASM and the CPU backends; tfjs-wasm has no kernel for',
+    'gather’s gradient, so there the embedding lookup is a one-hot matMul (on CPU it is `tf.gather`).',
+    'tfjs-wasm has no threads under Node and tfjs-cpu is single-threaded; a qkv 2-thread row runs only',
+    'where TinyTransformer.forward takes a `threads` option, else it says n/a.',
+    '',
+    'tokens/s = 2048 ÷ the median step time over the timed steps (up to 12, or 20 s, at least 3) after',
+    'warm-up steps (2, or 1 when a step takes over 5 s). The rows start from different random weights,',
+    'so they are not compared number for number: the check is that every loss is finite and the loss falls',
+    'over the timed steps (shown); a row failing it reports no speed. Peak RSS is the whole process; the',
+    'RSS column is the process RSS after the first and after the last timed step ("grows" above 10 MB).',
+    '',
+    `Last run: ${machineLine(results.machine, results.commit)}.`,
+    '',
+    t1TargetsTable(results.rows),
+    '',
+    t1Table(results.rows),
+    MARKERS.t1[1],
+  ].join('\n');
+}
+
+/** Replaces the text between `start` and `end` in `page` (markers included), or appends `section`. */
+function replaceSection(page: string, [start, end]: [string, string], section: string): string {
+  const from = page.indexOf(start);
+  const to = page.indexOf(end);
+  if (from >= 0 && to > from) return page.slice(0, from) + section + page.slice(to + end.length);
+  return `${page.trimEnd()}\n\n${section}\n`;
+}
+
+/** Rewrites the sections of `tables` in `docsPath` from their results files (those that exist). */
+export function updateReadme(files: Record<TableName, string>, docsPath: string, tables: TableName[]): void {
+  let page = readFileSync(docsPath, 'utf8');
+  for (const table of tables) {
+    const file = files[table];
+    if (!existsSync(file)) {
+      console.log(`no ${file}: section ${table} of ${docsPath} left as it was`);
+      continue;
+    }
+    const results = JSON.parse(readFileSync(file, 'utf8'));
+    const section =
+      table === 'attention'
+        ? benchSection(results)
+        : table === 'p2'
+          ? p2Section(results)
+          : t1Section(results);
+    page = replaceSection(page, MARKERS[table], section);
+    console.log(`updated ${docsPath} (${table}) from ${file}`);
   }
-  writeFileSync(readmePath, next);
-  console.log(`updated ${readmePath} from ${resultsPath}`);
+  writeFileSync(docsPath, page);
 }

@@ -1,0 +1,78 @@
+// qkv's rows of P2 and T1: MultiHeadAttention loaded from the exported PyTorch weights, and a training
+// step of TinyTransformer with the autograd's cross-entropy, backward and AdamW; the compiled library
+// (dist/, through the package's own name), imported only by the row that runs it.
+// One decision to know: API that may not exist yet (forwardAsync, a threads option for training) is looked
+// up at run time, and its absence makes the row "unavailable" with the reason, never a failed build.
+
+import type { MhaFixture, P2Impl } from './p2.js';
+import { MHA_EMBED, MHA_HEADS, MHA_LEN } from './p2.js';
+import { wasmBuild } from './qkv.js';
+import { T1, type T1Impl, type TrainStep, t1Batch } from './t1.js';
+
+type Qkv = typeof import('qkv');
+type Forward = (q: unknown, k: unknown, v: unknown, options?: Record<string, unknown>) => unknown;
+type AsyncForward = (...args: Parameters<Forward>) => Promise<{ output: { data: Float32Array } }>;
+
+/** MultiHeadAttention(512, 8) with the fixture's weights; the returned function runs one forward pass. */
+export async function prepareQkvMha(
+  impl: Extract<P2Impl, { kind: 'qkv' }>,
+  f: MhaFixture,
+): Promise<() => Promise<Float32Array>> {
+  const { MultiHeadAttention, Tensor }: Qkv = await import('qkv');
+  if (impl.relaxed && wasmBuild() !== 'relaxed-simd') {
+    throw new Error(`the relaxed-SIMD build did not validate here (build in use: ${wasmBuild()})`);
+  }
+  const mha = new MultiHeadAttention({ embedDim: MHA_EMBED, numHeads: MHA_HEADS, seed: 0 });
+  const dict = Object.fromEntries(Object.entries(f.weights).map(([n, t]) => [n, new Tensor(t.data, t.dims)]));
+  mha.loadStateDict(dict);
+  const x = new Tensor(f.x, [1, MHA_LEN, MHA_EMBED]);
+  if (impl.mode === 'sync') return async () => mha.forward(x, x, x).output.data;
+  const forwardAsync = (mha as unknown as Record<string, unknown>)['forwardAsync'];
+  if (typeof forwardAsync !== 'function') {
+    throw new Error('not available: MultiHeadAttention.forwardAsync does not exist in this build');
+  }
+  const options = { threads: impl.threads };
+  return async () => (await (forwardAsync as AsyncForward).call(mha, x, x, x, options)).output.data;
+}
+
+/**
+ * TinyTransformer (seed 1) and AdamW on T1's batch; the returned function runs one step and returns its
+ * loss. More than one thread needs a `threads` option of TinyTransformer.forward, which is probed.
+ */
+export async function prepareQkvTrain(impl: Extract<T1Impl, { kind: 'qkv' }>): Promise<TrainStep> {
+  const { TinyTransformer, autograd }: Qkv = await import('qkv');
+  const { batch: B, seqLen: L } = T1;
+  const model = new TinyTransformer(
+    {
+      vocabSize: T1.vocabSize,
+      dModel: T1.dModel,
+      numHeads: T1.numHeads,
+      numLayers: T1.numLayers,
+      dFF: T1.dFF,
+      maxLen: L,
+      causal: true,
+    },
+    { seed: 1 },
+  );
+  const { ids, targets } = t1Batch();
+  const forwardOptions: Record<string, unknown> = {};
+  if (impl.threads > 1) {
+    forwardOptions['threads'] = impl.threads;
+    try {
+      model.forward(ids.subarray(0, L), 1, L, forwardOptions); // a probe: is there a threads option?
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      if (!message.includes('threads')) throw error;
+      throw new Error('n/a: training is single-threaded (TinyTransformer.forward has no threads option)');
+    }
+  }
+  const optimizer = new autograd.AdamW(model.parameters(), { weightDecay: T1.weightDecay });
+  return async () => {
+    const { logits } = model.forward(ids, B, L, forwardOptions);
+    const loss = autograd.crossEntropy(logits, targets);
+    autograd.backward(loss);
+    optimizer.step(T1.lr);
+    optimizer.zeroGrad();
+    return loss.data[0];
+  };
+}

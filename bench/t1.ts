@@ -1,0 +1,195 @@
+// T1 (issue 10, item 6): one training step (forward, backward, AdamW) of a 2-layer decoder — vocab 512,
+// dModel 128, 4 heads, pre-LayerNorm blocks with a 512-wide GELU MLP, sinusoidal positions, tied output
+// head, causal — on a batch of 16 × 128 tokens with cross-entropy: qkv's TinyTransformer and autograd
+// against the same model written in tfjs ops (WASM and CPU backends). Metric: tokens/s, 2048 per step.
+// One decision to know: the rows start from different random weights, so they are not compared number for
+// number; each row's check is that every loss is finite and the loss falls over the timed steps (all rows
+// train on the same fixed batch, so it must), and a row that fails it reports no speed.
+
+import type { TableRowStatus } from './p2.js';
+import { renderTable, statusText } from './p2.js';
+import { formatMs, median } from './results.js';
+
+/** The model and batch of T1. */
+export const T1 = {
+  vocabSize: 512,
+  dModel: 128,
+  numHeads: 4,
+  numLayers: 2,
+  dFF: 512,
+  batch: 16,
+  seqLen: 128,
+  lr: 1e-3,
+  /** AdamW's decoupled weight decay on the ≥ 2-axis parameters (qkv's default and rule). */
+  weightDecay: 0.01,
+} as const;
+export const T1_TOKENS = T1.batch * T1.seqLen;
+export const T1_TARGET_RATIO = 4;
+
+export type T1Impl = { kind: 'qkv'; threads: number } | { kind: 'tfjs-wasm' | 'tfjs-cpu'; threads: 1 };
+
+export function t1Name(impl: T1Impl): string {
+  switch (impl.kind) {
+    case 'qkv':
+      return `qkv t${impl.threads}`;
+    case 'tfjs-wasm':
+      return 'tfjs-wasm t1';
+    case 'tfjs-cpu':
+      return 'tfjs-cpu t1';
+  }
+}
+
+export const T1_IMPLS: T1Impl[] = [
+  { kind: 'qkv', threads: 1 },
+  { kind: 'qkv', threads: 2 },
+  { kind: 'tfjs-wasm', threads: 1 },
+  { kind: 'tfjs-cpu', threads: 1 },
+];
+
+/**
+ * The fixed batch: 16 sequences of 129 tokens from an LCG (seed 7), uniform over the vocabulary; the model
+ * reads the first 128 of each and predicts the next (targets are the same sequences shifted by one).
+ */
+export function t1Batch(): { ids: Int32Array; targets: Int32Array } {
+  const { batch: B, seqLen: L, vocabSize: V } = T1;
+  const ids = new Int32Array(B * L);
+  const targets = new Int32Array(B * L);
+  let s = 7;
+  for (let b = 0; b < B; b++) {
+    const seq = new Int32Array(L + 1);
+    for (let i = 0; i <= L; i++) {
+      s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+      seq[i] = Math.floor((s / 2 ** 32) * V);
+    }
+    ids.set(seq.subarray(0, L), b * L);
+    targets.set(seq.subarray(1), b * L);
+  }
+  return { ids, targets };
+}
+
+/** One step of a row: returns the step's loss (before the update). */
+export type TrainStep = () => Promise<number>;
+
+/** The check of T1: every loss finite, and the last timed step's loss below the first timed step's. */
+export function checkLosses(losses: number[], warmup: number): { ok: boolean; message?: string } {
+  const bad = losses.findIndex((l) => !Number.isFinite(l));
+  if (bad >= 0) return { ok: false, message: `loss ${losses[bad]} at step ${bad}` };
+  const timed = losses.slice(warmup);
+  if (timed.length < 2) return { ok: false, message: 'fewer than 2 timed steps: no loss trend to check' };
+  if (!(timed[timed.length - 1] < timed[0])) {
+    return { ok: false, message: `loss did not fall over the timed steps (${timed[0]} → ${timed.at(-1)})` };
+  }
+  return { ok: true };
+}
+
+export interface T1Row {
+  implementation: string;
+  impl: T1Impl;
+  status: TableRowStatus;
+  message?: string;
+  /** Timed steps (after the warm-up), ms each. */
+  timesMs: number[];
+  /** Every step's loss, warm-up steps first. */
+  losses: number[];
+  warmup: number;
+  /** Process RSS after each step, warm-up steps first (MB). */
+  rssMB: number[];
+  peakRssMB?: number;
+  /** Median of the timed steps. */
+  msPerStep?: number;
+  tokensPerSec?: number;
+  /** RSS after the last timed step − after the first timed step (MB). */
+  rssGrowthMB?: number;
+  /** This row's tokens/s ÷ tfjs-wasm's (qkv rows). */
+  vsTfjsWasm?: number;
+  loadAverage1m?: number;
+}
+
+/** RSS growth above this over the timed steps is reported as growth. */
+const GROWTH_MB = 10;
+
+export function finishT1Rows(rows: T1Row[]): void {
+  for (const row of rows) {
+    if (row.status !== 'ok' || row.timesMs.length === 0) continue;
+    row.msPerStep = median(row.timesMs);
+    row.tokensPerSec = (T1_TOKENS / row.msPerStep) * 1000;
+    const timedRss = row.rssMB.slice(row.warmup);
+    if (timedRss.length >= 2) row.rssGrowthMB = timedRss[timedRss.length - 1] - timedRss[0];
+  }
+  const tfjs = rows.find((r) => r.impl.kind === 'tfjs-wasm');
+  for (const row of rows) {
+    if (row.impl.kind === 'qkv' && row.tokensPerSec !== undefined && tfjs?.tokensPerSec !== undefined) {
+      row.vsTfjsWasm = row.tokensPerSec / tfjs.tokensPerSec;
+    }
+  }
+}
+
+const T1_HEADER = [
+  'implementation',
+  'tokens/s',
+  'ms/step',
+  'steps (warm-up + timed)',
+  'loss first → last timed',
+  'peak RSS MB',
+  'RSS over timed steps MB',
+  'vs tfjs-wasm',
+];
+
+function rssText(row: T1Row): string {
+  const timed = row.rssMB.slice(row.warmup);
+  if (row.rssGrowthMB === undefined || timed.length < 2) return '';
+  const verdict = row.rssGrowthMB > GROWTH_MB ? ' (grows)' : ' (flat)';
+  return `${timed[0].toFixed(0)} → ${timed[timed.length - 1].toFixed(0)}${verdict}`;
+}
+
+function t1Cells(row: T1Row): string[] {
+  const rss = row.peakRssMB === undefined ? '' : row.peakRssMB.toFixed(0);
+  if (row.tokensPerSec === undefined || row.msPerStep === undefined) {
+    return [row.implementation, statusText(row), '', '', '', rss, '', ''];
+  }
+  const timed = row.losses.slice(row.warmup);
+  const loss = `${timed[0].toFixed(3)} → ${timed[timed.length - 1].toFixed(3)}`;
+  const ratio = row.vsTfjsWasm === undefined ? '' : `${row.vsTfjsWasm.toFixed(2)}×`;
+  return [
+    row.implementation,
+    row.tokensPerSec.toFixed(0),
+    formatMs(row.msPerStep),
+    `${row.warmup} + ${row.timesMs.length}`,
+    loss,
+    rss,
+    rssText(row),
+    ratio,
+  ];
+}
+
+/** The T1 rows as markdown (or, with `plain`, aligned text for the console). */
+export function t1Table(rows: T1Row[], plain = false): string {
+  const statusRows = new Set(rows.flatMap((r, i) => (r.tokensPerSec === undefined ? [i] : [])));
+  return renderTable(T1_HEADER, rows.map(t1Cells), new Set([1, 2, 3, 5]), plain, statusRows);
+}
+
+/** The T1 target: qkv on one thread ≥ 4× tfjs-wasm's tokens/s; and what two threads give. */
+export function t1TargetsTable(rows: T1Row[]): string {
+  const lines = [
+    `| target: qkv ≥ ${T1_TARGET_RATIO}× tfjs-wasm tokens/s | qkv row | qkv tokens/s | tfjs-wasm tokens/s | ratio | met |`,
+    '| --- | --- | ---: | ---: | ---: | --- |',
+  ];
+  const peer = rows.find((r) => r.impl.kind === 'tfjs-wasm');
+  for (const threads of [1, 2]) {
+    const qkv = rows.find((r) => r.impl.kind === 'qkv' && r.impl.threads === threads);
+    if (!qkv || !peer) continue;
+    const label = `T1, ${threads} thread${threads > 1 ? 's' : ''}`;
+    if (qkv.tokensPerSec === undefined || peer.tokensPerSec === undefined) {
+      const why = qkv.tokensPerSec === undefined ? statusText(qkv) : `tfjs-wasm ${statusText(peer)}`;
+      const verdict = threads === 1 ? '—' : 'n/a';
+      lines.push(`| ${label} | ${qkv.implementation} | ${why.replaceAll('|', '\\|')} | | | ${verdict} |`);
+      continue;
+    }
+    const ratio = qkv.tokensPerSec / peer.tokensPerSec;
+    const met = ratio >= T1_TARGET_RATIO ? '✓' : '✗';
+    lines.push(
+      `| ${label} | ${qkv.implementation} | ${qkv.tokensPerSec.toFixed(0)} | ${peer.tokensPerSec.toFixed(0)} (tfjs-wasm t1) | ${ratio.toFixed(2)}× | ${met} |`,
+    );
+  }
+  return lines.join('\n');
+}
