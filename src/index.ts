@@ -79,6 +79,14 @@ export {
 } from './text/tokenizer.js';
 export { WordTokenizer, type WordTokenizerOptions } from './text/word.js';
 export { type CheckpointInfo, loadCheckpoint, saveCheckpoint } from './train/checkpoint.js';
+export {
+  type LanguageModelTaskOptions,
+  languageModelTask,
+  loadLanguageModel,
+  type TextBits,
+  type TextBitsOptions,
+  textBits,
+} from './train/lm.js';
 export { lineChartSvg, type PlotOptions, type PlotSeries } from './train/plot.js';
 export {
   ARTICLE_SENTENCE,

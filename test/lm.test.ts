@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { main } from '../src/cli/main.js';
 import { autograd, BpeTokenizer, Generator, loadCheckpoint, saveCheckpoint, Trainer } from '../src/index.js';
-import { languageModelTask, textBits } from '../src/train/lm.js';
+import { languageModelTask, loadLanguageModel, textBits } from '../src/train/lm.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'qkv-lm-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -114,6 +114,23 @@ describe('a saved and resumed run', () => {
       /Trainer.restoreState: the saved run differs from this one .*"seed":3.*"seed":4/,
     );
     expect(() => b.restoreState(saveCheckpoint(b.model))).toThrow(/no qkv.trainer in the metadata/);
+  });
+});
+
+describe('loadLanguageModel', () => {
+  it('gives the decoder, its tokenizer and config, and refuses what is not a language model', () => {
+    const { model } = new Trainer({ task: tinyTask(0), seed: 1, steps: 1 });
+    const got = loadLanguageModel(saveCheckpoint(model, { tokenizer }), 'lm.safetensors');
+    expect(got.tokenizer.type).toBe('bpe');
+    expect(got.config).toEqual(model.config);
+    expect(
+      Array.from(got.model.generate(tokenizer.encode('The cat'), { maxNewTokens: 3, temperature: 0 })),
+    ).toEqual(Array.from(model.generate(tokenizer.encode('The cat'), { maxNewTokens: 3, temperature: 0 })));
+    expect(() => loadLanguageModel(saveCheckpoint(model), 'bare.safetensors')).toThrow(
+      /loadLanguageModel: 'bare.safetensors' stores no tokenizer/,
+    );
+    const encoder = new Trainer({ task: 'pronoun', steps: 1 }).checkpoint(); // with its word tokenizer
+    expect(() => loadLanguageModel(encoder)).toThrow(/the checkpoint is an encoder/);
   });
 });
 

@@ -8,6 +8,7 @@ import type { TinyTransformer, TransformerConfig } from '../model/transformer.js
 import type { Generator } from '../random.js';
 import { checkInteger, formatValue } from '../shape.js';
 import type { Tokenizer } from '../text/tokenizer.js';
+import { loadCheckpoint } from './checkpoint.js';
 import type { Batch, Task, TaskDefaults } from './tasks.js';
 
 /** Options of languageModelTask. */
@@ -170,4 +171,27 @@ export function textBits(
   }
   const bits = nats / Math.LN2;
   return { bits, tokens: n, bytes, bitsPerByte: bytes === 0 ? Number.NaN : bits / bytes };
+}
+
+/**
+ * A language model checkpoint (`qkv train --task lm`, e.g. models/brown-lm.safetensors) as a decoder,
+ * its tokenizer and its config, from the file's bytes (Node or browser). Throws, naming `source`, when
+ * the file is not a checkpoint, stores no tokenizer, or holds an encoder.
+ *
+ * @example
+ * const { model, tokenizer } = loadLanguageModel(bytes);
+ * const ids = model.generate(tokenizer.encode('The jury said'), { maxNewTokens: 20, temperature: 0.8, seed: 1 });
+ * tokenizer.decode(ids);
+ */
+export function loadLanguageModel(
+  bytes: Uint8Array,
+  source?: string,
+): { model: TinyTransformer; tokenizer: Tokenizer; config: Required<TransformerConfig> } {
+  const { model, info } = loadCheckpoint(bytes, source);
+  const name = source === undefined ? 'the checkpoint' : `'${source}'`;
+  if (!info.tokenizer)
+    throw new TypeError(`loadLanguageModel: ${name} stores no tokenizer, so text cannot be encoded`);
+  if (!model.config.causal)
+    throw new TypeError(`loadLanguageModel: ${name} is an encoder (causal: false), not a language model`);
+  return { model, tokenizer: info.tokenizer, config: model.config };
 }
