@@ -1,11 +1,13 @@
-// One P2 or T1 row in its own process. P2: load the exported layer, prepare the implementation, run it once
-// and check the output, then time it. T1: run warm-up steps, then timed training steps, recording each
-// step's loss and the process RSS after it, then check the losses. Reports to the parent over IPC as
+// One P2, T1 or G1 row in its own process. P2: load the exported layer, prepare the implementation, run it
+// once and check the output, then time it. T1: run warm-up steps, then timed training steps, recording each
+// step's loss and the process RSS after it, then check the losses. G1: g1-rows.ts (check, then time). Reports to the parent over IPC as
 // child.ts does (peak RSS every half second, then the result).
 // One decision to know: a P2 output that fails the check is never timed, and a T1 row whose losses fail
 // the check reports no times, so a wrong implementation never shows a speed.
 
 import type { ChildResult } from './child.js';
+import type { G1Values } from './g1.js';
+import type { G1Job } from './g1-rows.js';
 import type { P2Impl } from './p2.js';
 import { ORT_NODE_INSTALL } from './peers/ort-install.js';
 import type { Report } from './spawn.js';
@@ -30,7 +32,8 @@ export type TableJob =
       minSteps: number;
       maxSteps: number;
       budgetMs: number;
-    };
+    }
+  | G1Job;
 
 export interface TableResult extends Omit<ChildResult, 'status'> {
   /** 'skipped': a T1 row whose first step alone shows it cannot finish in about a minute. */
@@ -41,6 +44,8 @@ export interface TableResult extends Omit<ChildResult, 'status'> {
   warmup?: number;
   /** T1: process RSS after each step (MB), warm-up first. */
   rssMB?: number[];
+  /** G1: the row's figures besides its times. */
+  values?: G1Values;
 }
 
 /** A T1 step slower than this gets one warm-up step fewer (keeps the slowest row near a minute). */
@@ -163,9 +168,14 @@ async function measureT1(job: Extract<TableJob, { table: 't1' }>): Promise<Table
   return { status: 'ok', timesMs, ...base };
 }
 
+async function measureG1(job: G1Job): Promise<TableResult> {
+  const outcome = await (await import('./g1-rows.js')).measureG1(job);
+  return { ...outcome, peakRssMB: peakRssMB() };
+}
+
 const job = JSON.parse(process.argv[2] ?? '{}') as TableJob;
 setInterval(() => send({ type: 'rss', peakRssMB: peakRssMB() }), 500).unref();
-(job.table === 'p2' ? measureP2(job) : measureT1(job)).then(
+(job.table === 'p2' ? measureP2(job) : job.table === 't1' ? measureT1(job) : measureG1(job)).then(
   (result) => send({ type: 'result', result }, () => process.exit(0)),
   (error) => {
     console.error(error);

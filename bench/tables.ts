@@ -1,17 +1,19 @@
-// The P2 and T1 tables of `npm run bench`: which rows run, each in its own process (table-child.js), and
+// The P2, T1 and G1 tables of `npm run bench`: which rows run, each in its own process (table-child.js), and
 // the rows they become. One decision to know: rows run one at a time, as the attention grid's do, and a
 // row's status (unavailable, not installed, wrong, timeout) is a row of the table, never a crash of the run.
 
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
+import { finishG1Rows, G1_IMPLS, type G1Impl, type G1Row, g1Name, g1Summary } from './g1.js';
+import type { G1Job } from './g1-rows.js';
 import { RELAXED_SIMD_FLAG } from './jobs.js';
 import { finishP2Rows, type P2Row, p2Impls, p2Name, statusText } from './p2.js';
 import { runChild } from './spawn.js';
 import { finishT1Rows, T1_IMPLS, type T1Row, t1Name } from './t1.js';
 import type { TableJob, TableResult } from './table-child.js';
 
-export type TableName = 'attention' | 'p2' | 't1';
-export const TABLE_NAMES: TableName[] = ['attention', 'p2', 't1'];
+export type TableName = 'attention' | 'p2' | 't1' | 'g1';
+export const TABLE_NAMES: TableName[] = ['attention', 'p2', 't1', 'g1'];
 
 export interface TableContext {
   /** bench/ (this file runs from bench/dist). */
@@ -28,6 +30,12 @@ export interface TableContext {
 const P2_TIMEOUT_MS = 120_000;
 /** A T1 row's time limit: warm-up plus up to 20 s of steps (3 at least); tfjs-cpu stops after one step. */
 const T1_TIMEOUT_MS = 180_000;
+
+/**
+ * A G1 row's time limit: the generation without a cache takes ~12 s a run on the 2-core machine (check
+ * run + up to 3 timed); the others take seconds.
+ */
+const G1_TIMEOUT_MS = 300_000;
 
 const script = (ctx: TableContext) => join(ctx.benchDir, 'dist', 'table-child.js');
 
@@ -109,5 +117,46 @@ export async function runT1(ctx: TableContext): Promise<T1Row[]> {
     rows.push(row);
   }
   finishT1Rows(rows);
+  return rows;
+}
+
+/** G1's runs per row: one check run, then warm-up and timed runs (fewer with --quick). */
+function g1Job(impl: G1Impl, quick: boolean): G1Job {
+  switch (impl.kind) {
+    case 'generate':
+      return impl.useCache
+        ? { table: 'g1', impl, warmup: 1, maxRuns: quick ? 3 : 10, budgetMs: quick ? 3000 : 10_000 }
+        : { table: 'g1', impl, warmup: 0, maxRuns: quick ? 1 : 3, budgetMs: quick ? 0 : 30_000 };
+    case 'position':
+      return { table: 'g1', impl, warmup: 0, maxRuns: quick ? 1 : 3, budgetMs: quick ? 0 : 20_000 };
+    case 'decode':
+      return { table: 'g1', impl, warmup: 10, maxRuns: quick ? 30 : 300, budgetMs: quick ? 300 : 3000 };
+    case 'paged':
+      return { table: 'g1', impl, warmup: 0, maxRuns: 1, budgetMs: 0 };
+  }
+}
+
+/** Runs the G1 rows (those `selected` keeps). */
+export async function runG1(ctx: TableContext): Promise<G1Row[]> {
+  const rows: G1Row[] = [];
+  const impls = G1_IMPLS.filter((impl) => ctx.selected(`G1 ${g1Name(impl)}`));
+  for (const impl of impls) {
+    const row: G1Row = { implementation: g1Name(impl), impl, status: 'ok', timesMs: [], values: {} };
+    row.loadAverage1m = loadavg()[0];
+    const result = await runChild<TableResult>(script(ctx), g1Job(impl, ctx.quick), [], G1_TIMEOUT_MS);
+    Object.assign(row, {
+      status: statusOf(result),
+      message: result.message,
+      timesMs: result.timesMs,
+      peakRssMB: result.peakRssMB,
+      maxAbsError: result.maxAbsError,
+      checkedAgainst: result.checkedAgainst,
+      values: result.values ?? {},
+    });
+    finishG1Rows([row]);
+    ctx.log(`  G1 ${row.implementation}  ${g1Summary(row)}`);
+    rows.push(row);
+  }
+  finishG1Rows(rows);
   return rows;
 }

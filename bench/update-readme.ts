@@ -1,9 +1,24 @@
 // Rewrites docs/benchmarks.md's sections from the results files: the attention grid (between the
-// bench:start and bench:end markers, from bench/results.json), P2 (bench:p2:start/end, results-p2.json)
-// and T1 (bench:t1:start/end, results-t1.json): each its method, machine line, targets and table.
+// bench:start and bench:end markers, from bench/results.json), P2 (bench:p2:start/end, results-p2.json),
+// T1 (bench:t1:start/end, results-t1.json) and G1 (bench:g1:start/end, results-g1.json): each its
+// method, machine line, targets and table.
 // One decision to know: when a section's markers are missing, the section is appended to the page.
 
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import {
+  G1_DECODE,
+  G1_EARLY,
+  G1_LATE,
+  G1_LONG_TOKENS,
+  G1_MODEL,
+  G1_NEW_TOKENS,
+  G1_PAGED,
+  G1_PROMPT_LEN,
+  G1_SEED,
+  type G1Row,
+  g1Table,
+  g1TargetsTable,
+} from './g1.js';
 import { MHA_FIXTURE_NAME, MHA_TOLERANCE, type P2Row, p2Table, p2TargetsTable } from './p2.js';
 import { ORT_NODE_INSTALL } from './peers/ort-install.js';
 import {
@@ -23,9 +38,10 @@ const MARKERS: Record<TableName, [string, string]> = {
   attention: [START, END],
   p2: ['<!-- bench:p2:start -->', '<!-- bench:p2:end -->'],
   t1: ['<!-- bench:t1:start -->', '<!-- bench:t1:end -->'],
+  g1: ['<!-- bench:g1:start -->', '<!-- bench:g1:end -->'],
 };
 
-/** A P2 or T1 results file: the attention grid's header, that table's rows. */
+/** A P2, T1 or G1 results file: the attention grid's header, that table's rows. */
 interface TableResults<R> {
   machine: Machine;
   commit: string;
@@ -134,6 +150,60 @@ export function t1Section(results: TableResults<T1Row>): string {
   ].join('\n');
 }
 
+export function g1Section(results: TableResults<G1Row>): string {
+  const { vocabSize, dModel, numLayers, numHeads, dFF, maxLen } = G1_MODEL;
+  const { Hq, Hkv, S, E } = G1_DECODE;
+  const { prompt, forks, extend, blockSize } = G1_PAGED;
+  return [
+    MARKERS.g1[0],
+    '## G1: generation',
+    '',
+    '`npm run bench -- --table g1` measures incremental decoding (issue 11), one row per process, each',
+    'checked before it is timed. The model is a decoder the size of `npm run train:lm`’s language model —',
+    `vocabulary ${vocabSize}, d_model ${dModel}, ${numLayers} layers, ${numHeads} heads, d_ff ${dFF} — with maxLen ${maxLen} and its own`,
+    `random initialisation (seed ${G1_SEED}; no checkpoint, so the run is reproducible: its greedy text is repetitive,`,
+    'which changes no cost). **Cache vs no cache**: `model.generate(prompt, { maxNewTokens:',
+    `${G1_NEW_TOKENS}, temperature: 0, useCache })\` from a fixed ${G1_PROMPT_LEN}-token prompt, true and false; tokens/s =`,
+    `${G1_NEW_TOKENS} ÷ the median time of the whole call (prefill included) over the timed runs, after a check run`,
+    'whose tokens must each be the argmax of a full forward over prompt + tokens at its position (teacher',
+    'forcing), and the two rows’ tokens must be identical. **Per-token time vs position**: with the cache, a',
+    `${G1_LONG_TOKENS}-token greedy generation, token i’s time being the gap between the \`onToken\` calls of tokens i − 1 and`,
+    `i; the mean over tokens ${G1_EARLY.join('–')} and over ${G1_LATE.join('–')} (median over the timed runs). Attention is O(S) per`,
+    'token and the rest constant, so the target is growth at most linear: late ÷ early ≤ the ratio of the',
+    'windows’ mean positions. **Decode step**: bare attention of one query, q `[1, 8, 1, 64]`, over',
+    `${S} keys, Hq ${Hq} / Hkv ${Hkv} (GQA), E ${E}, causal (one query at the last position sees every key): qkv’s`,
+    '`scaledDotProductAttention` on dense k/v `[1, 2, 4096, 64]`; qkv’s cache steps, `KVCache.update` of the new',
+    'key onto 4095 (which builds the dense k/v it returns) then `scaledDotProductAttention` (and `truncate` back),',
+    'and a `PagedKVCache` sequence forked from a 4095-token prefix, `append` of the new key (copying the',
+    'partly filled block) and `pagedAttention` straight from the blocks (then `free`); against',
+    'onnxruntime-web (WASM, 1 thread, graph optimizations on) running a graph of the standard opset-23',
+    '`Attention` op on 4-D heads (it reads Hq and Hkv from the shapes) written by `bench/peers/onnx-model.ts`,',
+    'once with k/v of all 4096 keys as inputs and once with past_key/past_value of 4095 plus the new key',
+    '(returning present_key/present_value, as an exported decoder runs). **Decode + projections**, the',
+    'step through the public API that reads a KVCache in place: `mha.forward(x, x, x, { cache, layer: 0,',
+    `causal: true })\` of a MultiHeadAttention (embedDim ${Hq * E}, ${Hq} heads, ${Hkv} key/value heads) on one token x \`[1, 1, ${Hq * E}]\`, a`,
+    `KVCache holding the projected keys and values of ${S - 1} earlier tokens (\`truncate\` back after each step),`,
+    'against onnxruntime-web running the same step as a graph written the same way: MatMul + Add',
+    'projections with the layer’s weights, Reshape/Transpose into heads, the Attention op over',
+    'past_key/past_value (qkv’s cache contents) plus the new key, heads merged, output projection. Each',
+    'is checked against qkv’s reference kernel (with projections: the layer’s forward of that token over all 4096 with',
+    `\`kernel: 'reference'\`; qkv rows ≤ 1e-5 + 1e-4·|x|, onnxruntime-web ≤ 1e-4 + 1e-3·|x|); ms is the median of up to`,
+    '300 steps (or 3 s) after 10 warm-up steps; onnxruntime-web’s time includes copying its inputs into and',
+    'its outputs out of the WASM heap, as a user’s call does. **Paged blocks**: a `PagedKVCache`',
+    `(blockSize ${blockSize}) holding a ${prompt}-token prompt, ${forks} sequences forked from it, each extended by ${extend} tokens`,
+    `one at a time: the blocks in use against (${prompt} + ${forks} × ${extend}) / ${blockSize}, checked by attending from every fork’s`,
+    'blocks against the reference kernel over its gathered keys. Load average: the machine line below (at',
+    'the start) and each row’s in results-g1.json.',
+    '',
+    `Last run: ${machineLine(results.machine, results.commit)}${results.partial ? ' — a smoke run (`--quick`: fewer runs), not final figures' : ''}.`,
+    '',
+    g1TargetsTable(results.rows),
+    '',
+    g1Table(results.rows),
+    MARKERS.g1[1],
+  ].join('\n');
+}
+
 /** Replaces the text between `start` and `end` in `page` (markers included), or appends `section`. */
 function replaceSection(page: string, [start, end]: [string, string], section: string): string {
   const from = page.indexOf(start);
@@ -152,12 +222,8 @@ export function updateReadme(files: Record<TableName, string>, docsPath: string,
       continue;
     }
     const results = JSON.parse(readFileSync(file, 'utf8'));
-    const section =
-      table === 'attention'
-        ? benchSection(results)
-        : table === 'p2'
-          ? p2Section(results)
-          : t1Section(results);
+    const sections = { attention: benchSection, p2: p2Section, t1: t1Section, g1: g1Section };
+    const section = sections[table](results);
     page = replaceSection(page, MARKERS[table], section);
     console.log(`updated ${docsPath} (${table}) from ${file}`);
   }
