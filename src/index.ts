@@ -80,6 +80,21 @@ export {
 export { WordTokenizer, type WordTokenizerOptions } from './text/word.js';
 export { type CheckpointInfo, loadCheckpoint, saveCheckpoint } from './train/checkpoint.js';
 export {
+  bestHead,
+  type HeadScore,
+  type HeadScoreOptions,
+  type HeadScores,
+  headScores,
+  SCORE_NAMES,
+  type ScoreName,
+} from './train/heads.js';
+export {
+  type InductionTaskOptions,
+  inductionScore,
+  inductionSequence,
+  inductionTask,
+} from './train/induction.js';
+export {
   type LanguageModelTaskOptions,
   languageModelTask,
   loadLanguageModel,

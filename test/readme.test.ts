@@ -1,38 +1,75 @@
-// The README's TypeScript examples work as a user would paste them: each block is its own module with
-// its own `import … from 'qkv'`, type-checks against the package's types (tsc, strict), and runs.
-// Nothing is injected: a block that uses a name it does not import fails here (TS2304), as it would for
-// the user. Each block is written to test/.readme-examples/ with 'qkv' pointing at the built Node entry (dist/index.node.js; npm test builds first).
+// The TypeScript examples of README.md and docs/*.md work as a user would paste them: every ```ts block
+// that imports from 'qkv' (or 'qkv/onnx') is its own module with its own import lines, type-checks
+// against the package's shipped types (tsc, strict), and runs with Node. Nothing is injected: a block that
+// uses a name it does not import fails here (TS2304), as it would for the user.
+// One decision to know: each block is written to test/.readme-examples/<pid>/ and imports 'qkv' by the
+// package's own name, which Node and tsc resolve through package.json's "exports" (a package may import
+// itself), so the built dist/ is what runs (npm test builds first). Each block runs in a Node process of
+// its own whose working directory is that folder (files a block writes land there, and are removed).
 
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import ts from 'typescript';
 import { afterAll, expect, it } from 'vitest';
 
 const root = fileURLToPath(new URL('../', import.meta.url));
-const readme = readFileSync(`${root}README.md`, 'utf8');
-const blocks = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]);
-const dir = `${root}test/.readme-examples/`;
+const documents = [
+  'README.md',
+  ...readdirSync(`${root}docs`)
+    .filter((f) => f.endsWith('.md'))
+    .sort()
+    .map((f) => `docs/${f}`),
+];
+const importsQkv = /^import [^;]*? from 'qkv(\/[\w-]+)?';/m;
+
+/** Every ```ts block of every document, with the line its code starts on; those importing qkv are the examples. */
+const allBlocks = documents.flatMap((doc) => {
+  const text = readFileSync(`${root}${doc}`, 'utf8');
+  return [...text.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => ({
+    doc,
+    code: m[1],
+    line: text.slice(0, m.index).split('\n').length + 1,
+  }));
+});
+const examples = allBlocks.filter((b) => importsQkv.test(b.code));
+
+const dir = `${root}test/.readme-examples/${process.pid}/`; // one folder per run: two runs never clash
 rmSync(dir, { recursive: true, force: true });
 mkdirSync(dir, { recursive: true });
+symlinkSync('../../../models', `${dir}models`); // a block may read the committed checkpoints by their path
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-// Files as the user's project would see them ('qkv' → the Node entry) and as vitest imports them.
-const files = blocks.map((code, n) => {
-  const path = `${dir}example-${n + 1}.ts`;
-  writeFileSync(path, `${code.replaceAll("from 'qkv'", "from '../../dist/index.node.js'")}\nexport {};\n`);
-  return path;
+const named = examples.map((b, n) => {
+  const base = `${dir}${b.doc.replace(/\.md$/, '').replace('/', '-')}-${n + 1}`;
+  const label = `${b.doc} example at line ${b.line}`;
+  writeFileSync(`${base}.ts`, `${b.code}\nexport {};\n`);
+  // What Node runs: the same code with the types stripped, import lines untouched.
+  const js = ts.transpileModule(b.code, {
+    compilerOptions: {
+      target: ts.ScriptTarget.ES2022,
+      module: ts.ModuleKind.ESNext,
+      verbatimModuleSyntax: true,
+    },
+  }).outputText;
+  writeFileSync(`${base}.mjs`, js);
+  return { ...b, label, ts: `${base}.ts`, mjs: `${base}.mjs` };
 });
 
-it('the README has TypeScript examples, and each imports what it uses from qkv', () => {
-  expect(blocks.length).toBeGreaterThanOrEqual(6);
-  for (const [n, code] of blocks.entries()) {
-    expect(code, `README example ${n + 1} has no import from 'qkv'`).toMatch(
-      /^import \{[^}]+\} from 'qkv';/m,
-    );
-  }
+it('the README and docs have TypeScript examples, and every block that uses qkv imports it', () => {
+  expect(examples.filter((b) => b.doc === 'README.md').length).toBeGreaterThanOrEqual(1);
+  expect(examples.filter((b) => b.doc === 'docs/api.md').length).toBeGreaterThanOrEqual(8);
+  // A block that calls qkv's API (not onnxruntime's ort.Tensor) with no import line would be skipped silently.
+  const uses =
+    /(?<![.\w])(Tensor|scaledDotProductAttention|MultiHeadAttention|TinyTransformer|Trainer)\b[.(]/;
+  const missing = allBlocks.filter(
+    (b) => !importsQkv.test(b.code) && uses.test(b.code) && !/^interface /m.test(b.code),
+  );
+  expect(missing.map((b) => `${b.doc}:${b.line}`)).toEqual([]);
 });
 
-it('every example type-checks as its own module (strict)', () => {
+it('every example type-checks as its own module (strict) against the shipped types', () => {
   const options: ts.CompilerOptions = {
     strict: true,
     noEmit: true,
@@ -42,20 +79,24 @@ it('every example type-checks as its own module (strict)', () => {
     skipLibCheck: true,
     types: ['node'],
   };
+  const files = named.map((b) => b.ts);
   const program = ts.createProgram(files, options);
   const problems = ts
     .getPreEmitDiagnostics(program)
     .filter((d) => d.file && files.includes(d.file.fileName))
     .map((d) => {
       const { line } = d.file!.getLineAndCharacterOfPosition(d.start ?? 0);
-      const n = files.indexOf(d.file!.fileName) + 1;
-      return `README example ${n}, line ${line + 1}: TS${d.code} ${ts.flattenDiagnosticMessageText(d.messageText, ' ')}`;
+      const b = named[files.indexOf(d.file!.fileName)];
+      return `${b.doc}:${b.line + line}: TS${d.code} ${ts.flattenDiagnosticMessageText(d.messageText, ' ')}`;
     });
   expect(problems).toEqual([]);
 });
 
-files.forEach((path, n) => {
-  it(`README example ${n + 1} runs`, async () => {
-    await expect(import(/* @vite-ignore */ path)).resolves.toBeDefined();
+const run = promisify(execFile);
+for (const b of named) {
+  it(`${b.label} runs with Node`, async () => {
+    await expect(
+      run(process.execPath, [b.mjs], { cwd: dir, timeout: 50_000 }).then(() => 'ran'),
+    ).resolves.toBe('ran');
   });
-});
+}

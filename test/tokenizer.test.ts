@@ -188,7 +188,7 @@ describe('tasks hold tokenizers', () => {
       "Trainer: the task's tokenizer has 2 tokens but the model's vocabSize is 12",
     );
     expect(() => new Trainer({ task: { ...copy, tokenizer: undefined as unknown as Tokenizer } })).toThrow(
-      'Trainer: task must be a task name (pronoun, copy, reverse) or a Task (batch, defaults, tokenizer)',
+      'Trainer: task must be a task name (pronoun, copy, reverse, induction) or a Task (batch, defaults, tokenizer)',
     );
   });
 });

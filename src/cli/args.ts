@@ -23,12 +23,44 @@ export function parseCommandArgs(
   options: NonNullable<ParseArgsConfig['options']>,
 ): ArgValues {
   try {
-    return parseArgs({ args: argv, strict: true, allowPositionals: false, options }).values as ArgValues;
+    const args = joinNegativeValues(argv, options);
+    return parseArgs({ args, strict: true, allowPositionals: false, options }).values as ArgValues;
   } catch (err) {
     // parseArgs' messages run to several sentences; keep the first (it names the option).
     const first = (err as Error).message.split(/\. |\n/)[0].replace(/\.$/, '');
     throw new UsageError(`${command}: ${first} (see qkv ${command} --help)`);
   }
+}
+
+/**
+ * `--seed -1` as `--seed=-1`: parseArgs calls any value that starts with '-' ambiguous, a negative number
+ * included, so a number after an option that takes a value is joined to it (the option's own check then
+ * accepts it or says which range it must be in).
+ */
+function joinNegativeValues(argv: string[], options: NonNullable<ParseArgsConfig['options']>): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    if (arg === '--') return [...out, ...argv.slice(i)];
+    const name = arg.startsWith('--')
+      ? arg.slice(2)
+      : /^-\w$/.test(arg)
+        ? Object.keys(options).find((key) => options[key].short === arg[1])
+        : undefined;
+    const next = argv[i + 1];
+    if (name && options[name]?.type === 'string' && next !== undefined && /^-\.?\d/.test(next)) {
+      out.push(`--${name}=${next}`);
+      i++;
+    } else {
+      out.push(arg);
+    }
+  }
+  return out;
+}
+
+/** "1 step", "2 steps". */
+export function plural(n: number, noun: string): string {
+  return `${n} ${noun}${n === 1 ? '' : 's'}`;
 }
 
 /** The integer option `--name` in [min, max], or `fallback` when absent; anything else throws UsageError. */

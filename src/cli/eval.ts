@@ -28,8 +28,8 @@ Options:
   --model <file>   checkpoint; default the committed models/pronoun.safetensors
   --family <f>     article (animal/place, the article's sentence), roles (animal/animal: the adjective
                    says subject or object) or both (default)
-  --count <n>      held-out sentences; default 1000
-  --seed <n>       seed of the sentences; default 12345
+  --count <n>      held-out sentences, 1 to 100000; default 1000
+  --seed <n>       seed of the sentences, 0 to 4294967295; default 12345
   --text-file <f>  a language model's total cross-entropy on a UTF-8 text file: prints
                    bits_per_byte=<x> tokens=<n> (each token predicted from at most the model's context)
   --stride <n>     tokens scored per window after the first (the rest is context); default maxLen / 2

@@ -10,6 +10,7 @@ import { type DemoConfig, runDemo } from './demo.js';
 import { evalCommand } from './eval.js';
 import { exportCommand } from './export.js';
 import { generateCommand } from './generate.js';
+import { HEADS_HELP_LINE, headsCommand } from './heads.js';
 import { trainCommand } from './train.js';
 import { viz } from './viz.js';
 
@@ -21,14 +22,15 @@ const HELP = `qkv: attention in TypeScript, exact and seeded
 Usage:
   qkv demo [options]     the article's self-attention run: shapes, attention matrix, row sums
   qkv viz --out <file>   one attention heatmap (the playground's step-through) as SVG or PNG
-  qkv train --task <t>   train a tiny transformer: pronoun, copy, reverse, scaling (§4.2)
+  qkv train --task <t>   train a tiny transformer: pronoun, copy, reverse, scaling
   qkv eval --task <t>    accuracy and "it" → noun attention of a trained pronoun checkpoint
   qkv generate --model <file> --prompt <text>   continue a prompt with a trained decoder
+${HEADS_HELP_LINE}
   qkv export --model <file> --out <file.onnx>   a checkpoint as an ONNX model (--opset 17|23, --kv-cache)
   qkv --help             this help
   qkv --version          the version
 
-Run 'qkv <command> --help' (demo, viz, train, eval, generate, export) for its options.
+Run 'qkv <command> --help' (demo, viz, train, eval, generate, export, heads) for its options.
 `;
 
 const DEMO_HELP = `qkv demo: run self-attention on seeded token embeddings and print the attention matrix
@@ -36,13 +38,14 @@ const DEMO_HELP = `qkv demo: run self-attention on seeded token embeddings and p
 Usage: qkv demo [options]
 
 Options:
-  --tokens <n|words>   number of tokens, or the tokens themselves ("the cat sat"); default 4
-  --d-model <n>        model width d_model; default 512
-  --d-k <n>            query/key width d_k; default 64 (with --heads: d_model / heads)
-  --d-v <n>            value width d_v; default d_k
-  --heads <n>          attention heads; > 1 uses MultiHeadAttention; default 1
+  --tokens <n|words>   number of tokens (1 to 64), or the tokens themselves ("the cat sat", at most 64
+                       words); default 4
+  --d-model <n>        model width d_model, 1 to 8192; default 512
+  --d-k <n>            query/key width d_k, 1 to 8192; default 64 (with --heads: d_model / heads)
+  --d-v <n>            value width d_v, 1 to 8192; default d_k
+  --heads <n>          attention heads, 1 to 64; > 1 uses MultiHeadAttention; default 1
   --causal             causal mask: query i sees keys j ≤ i
-  --seed <n>           seed for embeddings and weights; default 0 (same seed, same output)
+  --seed <n>           seed for embeddings and weights, 0 to 4294967295; default 0 (same seed, same output)
   -h, --help           this help
 
 Rows are queries, columns are keys, every row sums to 1. In a terminal the cells are coloured as a
@@ -67,8 +70,9 @@ export function main(argv: string[], io: CliIO): number | Promise<number> {
     if (command === 'eval') return evalCommand(rest, io);
     if (command === 'generate') return generateCommand(rest, io);
     if (command === 'export') return exportCommand(rest, io);
+    if (command === 'heads') return headsCommand(rest, io);
     throw new UsageError(
-      `unknown command '${command}' (commands: demo, viz, train, eval, generate, export; see qkv --help)`,
+      `unknown command '${command}' (commands: demo, viz, train, eval, generate, export, heads; see qkv --help)`,
     );
   } catch (err) {
     if (err instanceof UsageError) {

@@ -1,5 +1,6 @@
 // `qkv train`: trains a TinyTransformer on a built-in task with a progress bar on stderr, writes the
-// checkpoint (safetensors, atomically) and an SVG loss curve; `--task scaling` runs the §4.2 experiment.
+// checkpoint (safetensors, atomically) and an SVG loss curve; `--task scaling` runs the §4.2 experiment;
+// `--task induction` also measures the best induction score every few steps and plots it with the loss.
 // One decision to know: the loop yields to the event loop after every step, so Ctrl-C (SIGINT) is heard
 // mid-training; it stops after the current step and saves a checkpoint before exiting with code 130.
 
@@ -10,12 +11,13 @@ import { BpeTokenizer } from '../text/bpe.js';
 import { tokenizerFromJSON } from '../text/registry.js';
 import { TOKENIZER_KEY, type Tokenizer } from '../text/tokenizer.js';
 import { saveCheckpoint } from '../train/checkpoint.js';
+import { type InductionRecord, inductionPlotSvg, inductionScore, phaseChange } from '../train/induction.js';
 import { languageModelTask } from '../train/lm.js';
 import { lineChartSvg, type PlotSeries } from '../train/plot.js';
 import { evaluatePronoun } from '../train/pronoun.js';
 import { sequenceTask } from '../train/tasks.js';
 import { type StepInfo, TASK_NAMES, Trainer } from '../train/trainer.js';
-import { type CliIO, integerOption, parseCommandArgs, UsageError } from './args.js';
+import { type CliIO, integerOption, parseCommandArgs, plural, UsageError } from './args.js';
 
 export const TRAIN_HELP = `qkv train: train a tiny transformer on a built-in task
 
@@ -25,15 +27,19 @@ Tasks:
   pronoun    encoder; "The animal didn't cross the street because it was too tired": predict what "it" is
   copy       decoder; continue "<bos> x1..xn <sep>" with x1..xn
   reverse    decoder; continue it with xn..x1
-  scaling    the article's §4.2: copy (6 of 8 symbols) at d_k = 64 with and without ÷√d_k, same seed,
-             both curves in one plot
+  scaling    the article's section 4.2: copy (6 of 8 symbols) at d_k = 64 with and without ÷√d_k,
+             same seed, both curves in one plot
   lm         decoder; a language model on a text file (--text), byte-level BPE trained on it first
              (npm run train:lm trains the committed one on the Brown corpus)
+  induction  2-layer attention-only decoder; random tokens in which a segment repeats, loss on the
+             second copy; measures the best induction score (qkv heads) every 10 steps and plots it
+             with the loss (docs/induction.svg); prints where the loss falls fastest
 
 Options:
   --task <name>     required
-  --steps <n>       training steps; default the task's (pronoun 800, copy/reverse 600, scaling 400)
-  --seed <n>        seed for weights and data; default 0
+  --steps <n>       training steps, 1 to 1000000; default the task's (pronoun 800, copy/reverse 600,
+                    scaling 400, induction 8000)
+  --seed <n>        seed for weights and data, 0 to 4294967295; default 0
   --out <file>      checkpoint (safetensors); default <task>.safetensors (scaling: none)
   --plot <file>     loss curve (SVG); default <out without .safetensors>.loss.svg (scaling: scaling.svg)
   -h, --help        this help
@@ -199,7 +205,9 @@ export function trainCommand(argv: string[], io: CliIO): number | Promise<number
       ? runScaling(args, io)
       : args.lm
         ? runLanguageModel(args, args.lm, io)
-        : runTask(args, io);
+        : args.task === 'induction'
+          ? runInduction(args, io)
+          : runTask(args, io);
   return run.catch((err: unknown) => {
     io.stderr.write(`qkv: train: ${(err as Error).message}\n`);
     return 1;
@@ -284,7 +292,7 @@ async function runTask(args: TrainArgs, io: CliIO): Promise<number> {
   const { model } = trainer;
   io.stderr.write(
     `qkv train: ${trainer.task.description}; ${model.config.numLayers} layers, D=${model.config.dModel}, ` +
-      `${model.config.numHeads} heads, ${model.numParameters} parameters, ${trainer.steps} steps, seed ${args.seed}\n`,
+      `${model.config.numHeads} heads, ${model.numParameters} parameters, ${plural(trainer.steps, 'step')}, seed ${args.seed}\n`,
   );
   const stop = interruptFlag();
   const t0 = performance.now();
@@ -308,7 +316,7 @@ async function runTask(args: TrainArgs, io: CliIO): Promise<number> {
   const tail = losses.slice(-20);
   const final = tail.reduce((s, x) => s + x, 0) / Math.max(1, tail.length);
   io.stdout.write(
-    `${interrupted ? 'interrupted' : 'trained'} ${args.task}: ${trainer.step}/${trainer.steps} steps in ${seconds.toFixed(1)} s, ` +
+    `${interrupted ? 'interrupted' : 'trained'} ${args.task}: ${trainer.step}/${plural(trainer.steps, 'step')} in ${seconds.toFixed(1)} s, ` +
       `loss ${losses[0]?.toFixed(4) ?? '-'} → ${final.toFixed(4)} (mean of last ${tail.length}); checkpoint ${out}, loss curve ${plot}\n`,
   );
   if (args.task === 'pronoun' && !interrupted) {
@@ -430,6 +438,86 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
   return interrupted ? 130 : 0;
 }
 
+/** Steps between two measurements of the induction score in `--task induction`. */
+const INDUCTION_EVERY = 10;
+
+/**
+ * `--task induction`: trains the attention-only decoder, measuring the best head's induction score (and
+ * the mean loss since the last measurement) every INDUCTION_EVERY steps, then plots both and names the
+ * step of the phase change.
+ */
+async function runInduction(args: TrainArgs, io: CliIO): Promise<number> {
+  const trainer = new Trainer({ task: 'induction', seed: args.seed, steps: args.steps });
+  const out = args.out ?? 'induction.safetensors';
+  const plot = args.plot ?? `${stripExtension(out)}.loss.svg`;
+  const { model } = trainer;
+  const c = model.config;
+  io.stderr.write(
+    `qkv train: ${trainer.task.description}; ${c.numLayers} layers, attention only, D=${c.dModel}, ` +
+      `${c.numHeads} heads, ${model.numParameters} parameters, ${trainer.steps} steps, seed ${args.seed}\n`,
+  );
+  const records: InductionRecord[] = [];
+  const measure = (step: number, loss: number) => {
+    const { score, layer, head } = inductionScore(model);
+    records.push({ step, loss, induction: score, layer, head });
+  };
+  measure(0, Number.NaN);
+  let sum = 0;
+  let since = 0;
+  const stop = interruptFlag();
+  const t0 = performance.now();
+  let interrupted: boolean;
+  try {
+    interrupted = await loop(trainer, 'induction', io, stop, (info) => {
+      sum += info.loss;
+      since++;
+      if (info.step % INDUCTION_EVERY !== 0 && info.step !== trainer.steps) return;
+      measure(info.step, sum / since);
+      sum = 0;
+      since = 0;
+    });
+  } finally {
+    stop.dispose();
+  }
+  if (since > 0) measure(trainer.step, sum / since); // interrupted between two measurements
+  const seconds = (performance.now() - t0) / 1000;
+  writeFileAtomic(out, trainer.checkpoint());
+  writeFileSync(
+    plot,
+    inductionPlotSvg(trainer.losses, records, {
+      vocabSize: c.vocabSize,
+      title: `qkv train --task induction (seed ${args.seed}): loss and best induction score`,
+    }),
+  );
+  const f = (x: number) => (Number.isNaN(x) ? '-' : x.toFixed(3));
+  const tenth = Math.max(INDUCTION_EVERY, Math.round(trainer.steps / 10 / INDUCTION_EVERY) * INDUCTION_EVERY);
+  io.stdout.write('step    loss  induction  head\n');
+  for (const [i, r] of records.entries()) {
+    if (i === 0 || i === records.length - 1 || r.step % tenth === 0)
+      io.stdout.write(
+        `${String(r.step).padStart(4)} ${f(r.loss).padStart(7)} ${f(r.induction).padStart(10)}  ${r.layer}.${r.head}\n`,
+      );
+  }
+  const [start, end] = [records[0], records[records.length - 1]];
+  const change = phaseChange(records);
+  const drop = phaseChange(records, 'loss');
+  const span = 5 * INDUCTION_EVERY;
+  const phase = change
+    ? `the best induction score jumps at step ${change.step} (first ≥ ${f(change.threshold)}, halfway up): ${f(change.before)} at ${Math.max(0, change.step - span)} → ${f(change.after)} at ${change.step + span}`
+    : 'the best induction score never rose by 0.2';
+  const fall = drop
+    ? `the loss falls fastest at step ${drop.step}: ${f(drop.before)} at ${drop.step - span} → ${f(drop.after)} at ${drop.step + span}`
+    : 'the loss never fell by 0.2 within 100 steps';
+  io.stdout.write(
+    `${interrupted ? 'interrupted' : 'trained'} induction: ${trainer.step}/${trainer.steps} steps in ${seconds.toFixed(1)} s; ` +
+      `loss ${f(records[1]?.loss ?? Number.NaN)} (first ${INDUCTION_EVERY} steps) → ${f(end.loss)} (last ${INDUCTION_EVERY}), chance ln ${c.vocabSize} = ${f(Math.log(c.vocabSize))}; ` +
+      `best induction score ${f(start.induction)} (step 0, head ${start.layer}.${start.head}) → ${f(end.induction)} (head ${end.layer}.${end.head})\n` +
+      `${phase}\n${fall}\n` +
+      `checkpoint ${out}, plot ${plot}\n`,
+  );
+  return interrupted ? 130 : 0;
+}
+
 /** The §4.2 experiment: copy at d_k = 64 (one head, D = 64, 2 layers), with and without ÷√d_k, same seed. */
 async function runScaling(args: TrainArgs, io: CliIO): Promise<number> {
   const steps = args.steps ?? 400;
@@ -449,7 +537,7 @@ async function runScaling(args: TrainArgs, io: CliIO): Promise<number> {
     { label: 'softmax(QKᵀ), no scaling', trainer: make(false) },
   ];
   io.stderr.write(
-    `qkv train --task scaling: copy 6 of 8 symbols, 2 layers, d_model = d_k = 64 (one head), ${steps} steps, seed ${args.seed}\n`,
+    `qkv train --task scaling: copy 6 of 8 symbols, 2 layers, d_model = d_k = 64 (one head), ${plural(steps, 'step')}, seed ${args.seed}\n`,
   );
   const stop = interruptFlag();
   let interrupted = false;

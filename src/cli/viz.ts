@@ -27,21 +27,22 @@ export const VIZ_HELP = `qkv viz: draw one attention heatmap (the playground's s
 Usage: qkv viz --out <file.svg|file.png> [options]
 
 Options:
-  --text <sentence>    the input, split into word tokens; default "${DEFAULT_TEXT}"
+  --text <sentence>    the input, split into word tokens (at most ${MAX_TOKENS}); default
+                       "${DEFAULT_TEXT}"
   --out <file>         where to write; the extension picks the format (.svg or .png)
   --matrix <id>        which step: ${STEP_IDS.join(', ')}; default weights
   --model <file>       a qkv checkpoint (.safetensors from qkv train), e.g. models/pronoun.safetensors;
                        default: seeded untrained weights shaped by the options below
-  --d-model <n>        model width; default 64
-  --heads <n>          heads per layer; default 4
-  --d-k <n>            query/key width per head; default d_model / heads
-  --layers <n>         layers; default 1
+  --d-model <n>        model width, 1 to 4096; default 64
+  --heads <n>          heads per layer, 1 to 64; default 4
+  --d-k <n>            query/key width per head, 1 to 4096; default d_model / heads
+  --layers <n>         layers, 1 to 48; default 1
   --layer <n>          the layer to draw (0-based); default 0
   --head <n>           the head to draw (0-based); default 0
   --causal             causal mask: query i sees keys j ≤ i
-  --unscaled           no ÷√d_k (the article's §4.2 experiment)
-  --tie-qk             W_K = W_Q, so Q·Kᵀ is symmetric (§4.1)
-  --seed <n>           seed for the untrained weights and embeddings; default 0
+  --unscaled           no ÷√d_k (the article's section 4.2: why the scores are divided by √d_k)
+  --tie-qk             W_K = W_Q, so Q·Kᵀ is symmetric (the article's section 4.1)
+  --seed <n>           seed for the untrained weights and embeddings, 0 to 4294967295; default 0
   --theme <name>       light (default) or dark
   --pixel-ratio <n>    PNG pixels per layout pixel, 1 to 4; default 2
   -h, --help           this help

@@ -3,6 +3,7 @@
 // MultiHeadAttention, the playground's trace) implement. One decision to know: every matrix product is
 // `ops.linear`, and both implementations call kernels/matmul.ts, so a faster GEMM lands there once; an
 // observer sees each intermediate as it is computed (the trace is one), so looking never forks the maths.
+// An attention-only block (mlp: false, Olsson et al.'s toy models) is the same block without its MLP sublayer.
 // Shape letters: B batch, L queries, S keys, D model width, H heads, E and Ev per-head query/key and value widths.
 
 import type { AttentionOptions } from '../attention/plan.js';
@@ -47,6 +48,9 @@ export interface BlockParams<W> {
   /** [D, F], [D] */
   linear2: Affine<W>;
 }
+
+/** An attention-only block's parameters (`mlp: false`): no norm2, linear1 or linear2. */
+export type AttentionBlockParams<W> = Pick<BlockParams<W>, 'norm1' | 'selfAttn'>;
 
 /** The attention options a block passes on: scaledDotProductAttention's, plus the head layout. */
 export interface BlockAttentionOptions extends AttentionOptions {
@@ -154,24 +158,33 @@ export interface BlockOptions<T> {
   /** Training: dropout after the attention and the MLP outputs, masks from `generator`. */
   dropout?: { p: number; generator: Generator };
   observer?: BlockObserver<T>;
+  /** false: attention only, x += Attn(LN1(x)) and nothing more (p needs no MLP parameters). Default true. */
+  mlp?: boolean;
 }
 
 /**
  * A pre-LayerNorm block (nn.TransformerEncoderLayer with norm_first=True, tanh-GELU MLP):
- * x += Attn(LN1(x)); x += MLP(LN2(x)). x [B, L, D] → [B, L, D], plus the weights when asked for.
+ * x += Attn(LN1(x)); x += MLP(LN2(x)); with `mlp: false` the first line only. x [B, L, D] → [B, L, D],
+ * plus the weights when asked for.
  */
 export function transformerBlock<T extends Shaped>(
   ops: BlockOps<T>,
-  p: BlockParams<T>,
+  p: BlockParams<T> | AttentionBlockParams<T>,
   x: T,
   options: BlockOptions<T>,
 ): { x: T; weights?: Tensor } {
-  const { dropout, observer } = options;
+  const { dropout, observer, mlp = true } = options;
   const drop = (y: T) => (dropout && dropout.p > 0 ? ops.dropout(y, dropout.p, dropout.generator) : y);
   const h = ops.layerNorm(x, p.norm1.weight, p.norm1.bias);
   observer?.normed?.(h);
   const a = attentionSublayer(ops, p.selfAttn, h, undefined, options.attention, observer);
   const x1 = ops.add(x, drop(a.out));
+  if (!mlp) return { x: x1, weights: a.weights };
+  if (!('linear1' in p) || !p.norm2 || !p.linear1 || !p.linear2) {
+    throw new TypeError(
+      'transformerBlock: p has no norm2, linear1 and linear2, which the MLP sublayer needs (attention only is options.mlp: false)',
+    );
+  }
   const h2 = ops.layerNorm(x1, p.norm2.weight, p.norm2.bias);
   const m = ops.linear(
     ops.gelu(ops.linear(h2, p.linear1.weight, p.linear1.bias)),

@@ -2,9 +2,10 @@
 // under its PyTorch name, with its shape as a function of the config and its initialisation rule.
 // One decision to know: constructors, shape checks and every loader (loadCheckpoint, stackFromStateDict,
 // MultiHeadAttention.loadStateDict) read this table, so a parameter is named, shaped and initialised once.
+// An attention-only model (mlp: false) lists each block's norm1 and self_attn.* only.
 
 import type { Generator } from '../random.js';
-import type { AttentionParams, BlockParams } from './block.js';
+import type { AttentionBlockParams, AttentionParams, BlockParams } from './block.js';
 
 /** How a tensor starts: U(−bound, bound), N(0, std²), ones or zeros (drawn in table order, element by element). */
 export type Init = { uniform: number } | { normal: number } | 'ones' | 'zeros';
@@ -49,6 +50,8 @@ export interface BlockDims {
   headDim: number;
   valueDim: number;
   dFF: number;
+  /** false: attention only, no norm2, linear1 or linear2 (dFF is then unused). Default true. */
+  mlp?: boolean;
 }
 
 /** What the whole-model table needs of a TransformerConfig. */
@@ -58,6 +61,8 @@ export interface ModelDims {
   numHeads: number;
   numLayers: number;
   dFF: number;
+  /** false: attention-only blocks (no norm2, linear1, linear2). Default true. */
+  mlp?: boolean;
 }
 
 /**
@@ -100,7 +105,10 @@ export function attentionParamSpecs(
   return specs;
 }
 
-/** One nn.TransformerEncoderLayer(norm_first=True)'s tensors, names prefixed (e.g. 'layers.0.'). */
+/**
+ * One nn.TransformerEncoderLayer(norm_first=True)'s tensors, names prefixed (e.g. 'layers.0.'); with
+ * `mlp: false` its first four (norm1 and self_attn.*) only.
+ */
 export function blockParamSpecs(d: BlockDims, prefix: string, scheme: InitScheme = 'pytorch'): ParamSpec[] {
   const { dModel: D, dFF: F } = d;
   const linearBias = (fanIn: number): Init =>
@@ -113,10 +121,14 @@ export function blockParamSpecs(d: BlockDims, prefix: string, scheme: InitScheme
     vdim: D,
     bias: true,
   };
-  return [
+  const attentionSpecs: ParamSpec[] = [
     { name: `${prefix}norm1.weight`, shape: [D], init: 'ones' },
     { name: `${prefix}norm1.bias`, shape: [D], init: 'zeros' },
     ...attentionParamSpecs(attention, `${prefix}self_attn.`, scheme),
+  ];
+  if (d.mlp === false) return attentionSpecs;
+  return [
+    ...attentionSpecs,
     { name: `${prefix}norm2.weight`, shape: [D], init: 'ones' },
     { name: `${prefix}norm2.bias`, shape: [D], init: 'zeros' },
     { name: `${prefix}linear1.weight`, shape: [F, D], init: { uniform: 1 / Math.sqrt(D) } },
@@ -129,7 +141,9 @@ export function blockParamSpecs(d: BlockDims, prefix: string, scheme: InitScheme
 /** A TinyTransformer block's widths: heads of width D/H. */
 function modelBlockDims(c: ModelDims): BlockDims {
   const E = c.dModel / c.numHeads;
-  return { dModel: c.dModel, numHeads: c.numHeads, headDim: E, valueDim: E, dFF: c.dFF };
+  const dims: BlockDims = { dModel: c.dModel, numHeads: c.numHeads, headDim: E, valueDim: E, dFF: c.dFF };
+  if (c.mlp === false) dims.mlp = false;
+  return dims;
 }
 
 /**
@@ -184,17 +198,26 @@ export function attentionParamsFrom<W>(
   };
 }
 
-/** A block's parameters under `prefix` ('layers.0.') in a record of PyTorch-named tensors or Vars. */
-export function blockParamsFrom<W>(get: (name: string) => W | undefined, prefix: string): BlockParams<W> {
+/**
+ * A block's parameters under `prefix` ('layers.0.') in a record of PyTorch-named tensors or Vars; with
+ * `mlp` false, an attention-only block's (norm1 and self_attn.*, nothing of the MLP is read).
+ */
+export function blockParamsFrom<W>(get: (name: string) => W | undefined, prefix: string): BlockParams<W>;
+export function blockParamsFrom<W>(
+  get: (name: string) => W | undefined,
+  prefix: string,
+  mlp: boolean,
+): BlockParams<W> | AttentionBlockParams<W>;
+export function blockParamsFrom<W>(
+  get: (name: string) => W | undefined,
+  prefix: string,
+  mlp = true,
+): BlockParams<W> | AttentionBlockParams<W> {
   const pair = (name: string) => ({
     weight: get(`${prefix}${name}.weight`)!,
     bias: get(`${prefix}${name}.bias`)!,
   });
-  return {
-    norm1: pair('norm1'),
-    selfAttn: attentionParamsFrom(get, `${prefix}self_attn.`),
-    norm2: pair('norm2'),
-    linear1: pair('linear1'),
-    linear2: pair('linear2'),
-  };
+  const attention = { norm1: pair('norm1'), selfAttn: attentionParamsFrom(get, `${prefix}self_attn.`) };
+  if (!mlp) return attention;
+  return { ...attention, norm2: pair('norm2'), linear1: pair('linear1'), linear2: pair('linear2') };
 }

@@ -5,6 +5,9 @@
 // One decision to know: parameter names are PyTorch's nn.TransformerEncoderLayer(norm_first=True) names
 // (layers.0.self_attn.in_proj_weight, layers.0.linear1.weight, …), so a block's self_attn.* loads straight
 // into MultiHeadAttention.loadStateDict and the checkpoint reads naturally in PyTorch.
+// With mlp: false the blocks are attention only (no norm2, linear1, linear2: Olsson et al.'s toy models);
+// config.mlp is then an ordinary field, while mlp: true is not enumerable, so JSON.stringify and spreads
+// leave it out and a model with MLPs writes the config, checkpoints and training states it wrote before.
 
 import { add, embedding, layerNorm, linear, scale } from '../autograd/ops.js';
 import { constant, type Floats, parameter, type Var } from '../autograd/var.js';
@@ -34,7 +37,7 @@ export interface TransformerConfig {
   dModel: number;
   numHeads: number;
   numLayers: number;
-  /** Hidden width of each block's MLP (usually 4·D). */
+  /** Hidden width of each block's MLP (usually 4·D); unused when `mlp` is false. */
   dFF: number;
   /** Longest sequence (rows of the positional table). */
   maxLen: number;
@@ -44,6 +47,8 @@ export interface TransformerConfig {
   scaleScores?: boolean;
   /** Dropout after attention and MLP outputs while training. Default 0. */
   dropout?: number;
+  /** false: attention-only blocks, x += Attn(LN(x)) with no MLP sublayer. Default true. */
+  mlp?: boolean;
 }
 
 /** Options of TinyTransformer.forward. */
@@ -81,6 +86,7 @@ const FN = 'TinyTransformer';
 
 /** A small transformer whose parameters are autograd Vars (float32, or float64 for gradient checks). */
 export class TinyTransformer {
+  /** Every field set; `mlp: true` is not enumerable (JSON.stringify and spreads omit the default). */
   readonly config: Required<TransformerConfig>;
   /** Parameters by PyTorch-style name, in a fixed order. */
   readonly params = new Map<string, Var>();
@@ -93,7 +99,11 @@ export class TinyTransformer {
     if (config === null || typeof config !== 'object') {
       throw new TypeError(`${FN}: config must be an object, got ${formatValue(config)}`);
     }
-    const c = { scaleScores: true, dropout: 0, ...config };
+    const { mlp = true, ...rest } = config;
+    checkBoolean(FN, 'mlp', mlp);
+    const c = { scaleScores: true, dropout: 0, ...rest } as Required<TransformerConfig>;
+    if (mlp) Object.defineProperty(c, 'mlp', { value: true, enumerable: false });
+    else c.mlp = false;
     for (const key of ['vocabSize', 'dModel', 'numHeads', 'numLayers', 'dFF', 'maxLen'] as const) {
       checkInteger(FN, key, c[key], 1);
     }
@@ -194,10 +204,12 @@ export class TinyTransformer {
     const weights: Tensor[] = [];
     const attention = { numHeads: H, causal, mask, scale: scaleScores ? undefined : 1, needWeights };
     const get = (name: string) => this.params.get(name);
+    const { mlp } = this.config;
     for (let l = 0; l < this.config.numLayers; l++) {
-      const block = transformerBlock(varOps, blockParamsFrom(get, `layers.${l}.`), x, {
+      const block = transformerBlock(varOps, blockParamsFrom(get, `layers.${l}.`, mlp), x, {
         attention,
         dropout: pDrop > 0 ? { p: pDrop, generator: generator! } : undefined,
+        mlp,
       });
       if (block.weights) weights.push(block.weights); // [B, H, L, L]
       x = block.x;
@@ -361,7 +373,11 @@ export class TinyTransformer {
         caller: `${FN}.forward`,
         cache: cache && { cache, layer: l },
       };
-      const block = transformerBlock(tensorOps, blockParamsFrom(get, `layers.${l}.`), x, { attention });
+      const { mlp } = this.config;
+      const block = transformerBlock(tensorOps, blockParamsFrom(get, `layers.${l}.`, mlp), x, {
+        attention,
+        mlp,
+      });
       if (block.weights) weights.push(block.weights);
       x = block.x;
     }
@@ -421,6 +437,8 @@ export function parseTransformerConfig(json: string): TransformerConfig {
   ) {
     throw new RangeError(`${FN}: config ${json.slice(0, 200)} lacks one of ${ints.join(', ')}, causal`);
   }
+  if (o.mlp !== undefined && typeof o.mlp !== 'boolean')
+    throw new RangeError(`${FN}: config field 'mlp' must be a boolean, got ${formatValue(o.mlp)}`);
   if ((o.maxLen as number) > MAX_STORED_LEN) {
     throw new RangeError(`${FN}: config asks for maxLen ${o.maxLen}; at most ${MAX_STORED_LEN} is accepted`);
   }

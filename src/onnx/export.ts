@@ -100,6 +100,11 @@ function resolve(module: OnnxExportable, options: OnnxExportOptions): Resolved {
       `${FN}: options.opset must be 17 (plain ops) or 23 (the Attention op), got ${formatValue(opset)}`,
     );
   }
+  if (isModel && (module as TinyTransformer).config.mlp === false) {
+    throw new TypeError(
+      `${FN}: an attention-only TinyTransformer (config.mlp: false) is not exported yet: the graph writes every block with its MLP`,
+    );
+  }
   checkBoolean(FN, 'options.dynamicAxes', dynamicAxes);
   checkBoolean(FN, 'options.kvCache', kvCache);
   if (kvCache && !isModel) {

@@ -92,7 +92,7 @@ const CONFIG_INTEGERS: [keyof TransformerConfig, number][] = [
   ['dFF', Number.MAX_SAFE_INTEGER],
   ['maxLen', MAX_STORED_LEN], // the positional table is allocated from it before any weight is read
 ];
-const CONFIG_FIELDS = [...CONFIG_INTEGERS.map(([k]) => k), 'causal', 'scaleScores', 'dropout'];
+const CONFIG_FIELDS = [...CONFIG_INTEGERS.map(([k]) => k), 'causal', 'scaleScores', 'dropout', 'mlp'];
 
 /**
  * Checks every field of a stored config. Unknown fields are refused too: a field this version does not
@@ -127,6 +127,9 @@ function readConfig(json: string, fail: (message: string) => never): Transformer
     fail(`qkv.config field 'scaleScores' must be a boolean, found ${formatFound(o.scaleScores)}`);
   if (o.dropout !== undefined && !(typeof o.dropout === 'number' && o.dropout >= 0 && o.dropout < 1))
     fail(`qkv.config field 'dropout' must be a number in [0, 1), found ${formatFound(o.dropout)}`);
+  // Absent means blocks with an MLP (every file written before the option existed); false, attention only.
+  if (o.mlp !== undefined && typeof o.mlp !== 'boolean')
+    fail(`qkv.config field 'mlp' must be a boolean, found ${formatFound(o.mlp)}`);
   return o as unknown as TransformerConfig;
 }
 

@@ -12,17 +12,19 @@ import { Generator } from '../random.js';
 import { checkFinite, checkInteger, checkOptionNames, formatValue } from '../shape.js';
 import { Tensor } from '../tensor.js';
 import { saveCheckpoint } from './checkpoint.js';
+import { inductionTask } from './induction.js';
 import { pronounTask } from './pronoun.js';
 import { sequenceTask, type Task, type TaskDefaults } from './tasks.js';
 
 /** The names `qkv train --task` and getTask accept (scaling is a CLI experiment built on `copy`). */
-export const TASK_NAMES = ['pronoun', 'copy', 'reverse'] as const;
+export const TASK_NAMES = ['pronoun', 'copy', 'reverse', 'induction'] as const;
 export type TaskName = (typeof TASK_NAMES)[number];
 
 /** A built-in task by name. */
 export function getTask(name: string): Task {
   if (name === 'pronoun') return pronounTask;
   if (name === 'copy' || name === 'reverse') return sequenceTask(name);
+  if (name === 'induction') return inductionTask();
   throw new RangeError(`getTask: unknown task '${name}' (tasks: ${TASK_NAMES.join(', ')})`);
 }
 
