@@ -12,3 +12,4 @@ export {
   scaledDotProductAttentionAsync,
   terminateWorkers,
 } from './threads/node.js';
+export { nodeTrainPlatform } from './threads/train-node.js';

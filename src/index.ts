@@ -48,8 +48,10 @@ export {
   tokenDistribution,
 } from './model/sampling.js';
 export {
+  DEFAULT_ROPE_BASE,
   type ForwardOptions,
   type GenerateOptions,
+  POSITION_KINDS,
   parseTransformerConfig,
   TinyTransformer,
   type TransformerConfig,
@@ -102,6 +104,7 @@ export {
   type TextBitsOptions,
   textBits,
 } from './train/lm.js';
+export type { TrainPlatform, TrainWorkerHandle, TrainWorkerInit } from './train/parallel.js';
 export { lineChartSvg, type PlotOptions, type PlotSeries } from './train/plot.js';
 export {
   ARTICLE_SENTENCE,

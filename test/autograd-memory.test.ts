@@ -267,7 +267,7 @@ describe('a training step of TinyTransformer keeps no float64 activation', () =>
 });
 
 describe('every model forward outside a training step runs under noGrad', () => {
-  it('src/ and web/src/: each `.forward(` on a TinyTransformer is inside noGrad(…), cached, or in Trainer.trainStep', () => {
+  it('src/ and web/src/: each `.forward(` on a TinyTransformer is inside noGrad(…), cached, or a training step', () => {
     const root = fileURLToPath(new URL('..', import.meta.url));
     const files: string[] = [];
     const walk = (dir: string) => {
@@ -289,8 +289,10 @@ describe('every model forward outside a training step runs under noGrad', () => 
         // A cached forward runs the Tensor inference path: it records no tape (test/generate.test.ts).
         if (/\{[^}]*\bcache\b/.test(line)) return;
         const around = lines.slice(Math.max(0, i - 2), i + 1).join('\n');
-        const training =
-          file.endsWith(join('train', 'trainer.ts')) && /training: true/.test(lines[i + 2] ?? '');
+        // Training steps record the tape on purpose: Trainer.trainStep and its data-parallel shards
+        // (the calling thread's in train/parallel.ts, the workers' in threads/train-worker.ts).
+        const trainingFile = ['trainer.ts', 'parallel.ts', 'train-worker.ts'].some((f) => file.endsWith(f));
+        const training = trainingFile && /training: true/.test(lines.slice(i, i + 3).join('\n'));
         if (!/noGrad\(/.test(around) && !training) untaped.push(`${file}:${i + 1}: ${line.trim()}`);
       });
     }

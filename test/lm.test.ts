@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { main } from '../src/cli/main.js';
 import { autograd, BpeTokenizer, Generator, loadCheckpoint, saveCheckpoint, Trainer } from '../src/index.js';
+import { decodeSafetensors } from '../src/io/safetensors.js';
 import { languageModelTask, loadLanguageModel, textBits } from '../src/train/lm.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'qkv-lm-'));
@@ -206,7 +207,14 @@ describe('qkv train --task lm', () => {
     const resumed = await run([...common, '--steps', '6', '--save-every', '3', '--out', outC, '--resume']);
     expect(resumed.code).toBe(0);
     expect(resumed.err).toMatch(/resumed from .*c\.safetensors\.state at step 3/);
-    expect(readFileSync(outC)).toEqual(readFileSync(outA));
+    // The same weights and metadata; only the training time each run records differs.
+    const [c, a2] = [outC, outA].map((f) => decodeSafetensors(new Uint8Array(readFileSync(f))));
+    for (const d of [c, a2]) {
+      expect(Number(d.metadata['qkv.trainSeconds'])).toBeGreaterThan(0);
+      delete d.metadata['qkv.trainSeconds'];
+    }
+    expect(c).toEqual(a2);
+    expect(resumed.out).toMatch(/steps \(\d+\.\d s this run, \d+\.\d s in all\)/);
 
     const outB = join(dir, 'b.safetensors');
     const half = await run([...common, '--steps', '2', '--out', outB, '--float16']);

@@ -1,6 +1,7 @@
 // toOnnx (qkv/onnx): every exported model runs in onnxruntime-web (WASM EP, in Node) and equals qkv's
 // forward within 1e-5 — MultiHeadAttention (GQA, kdim/vdim, masks, causal both ways), SelfAttention,
-// TinyTransformer encoder and decoder, with and without a key/value cache, opset 17 and 23 — and its
+// TinyTransformer encoder and decoder (sinusoidal or RoPE positions), with and without a key/value cache,
+// opset 17 and 23 — and its
 // structure (names, initializers, opset, IR version) is read back with a protobuf decoder of this file's own.
 // One decision to know: weights are random everywhere (biases and LayerNorm affine included), so a
 // parameter wired to the wrong place cannot hide behind a zero or a one.
@@ -441,6 +442,8 @@ describe('TinyTransformer', () => {
       ['encoder', ENCODER],
       ['decoder', DECODER],
       ['decoder, scaleScores: false', { ...DECODER, scaleScores: false, numLayers: 1 }],
+      ['decoder, positions: rope', { ...DECODER, positions: 'rope' }],
+      ['encoder, positions: rope, ropeBase: 500', { ...ENCODER, positions: 'rope', ropeBase: 500 }],
     ] as const) {
       it(`opset ${opset}: ${name}, several shapes, padding`, async () => {
         const model = randomModel(config, 11);
@@ -493,121 +496,126 @@ describe('TinyTransformer', () => {
       expectClose('no mask', got.data as Float32Array, model.forward(x, 2, 5).logits.data);
     });
 
-    it(`opset ${opset}: kvCache — prefill then one-token steps equal qkv's cached forward`, async () => {
-      const model = randomModel(DECODER, 13);
-      const { numLayers, numHeads: H, dModel } = DECODER;
-      const E = dModel / H;
-      const bytes = toOnnx(model, { opset, kvCache: true });
-      const decoded = decodeModel(bytes);
-      checkStructure(decoded, opset);
-      expect(decoded.inputs.map((v) => v.name)).toEqual([
-        'input_ids',
-        'attention_mask',
-        'position_ids',
-        'past_key_values.0.key',
-        'past_key_values.0.value',
-        'past_key_values.1.key',
-        'past_key_values.1.value',
-      ]);
-      expect(decoded.inputs[1].dims).toEqual(['batch', 'total_sequence']);
-      expect(decoded.inputs[3].dims).toEqual(['batch', H, 'past_sequence', E]);
-      expect(decoded.outputs.map((v) => v.name)).toEqual([
-        'logits',
-        'present.0.key',
-        'present.0.value',
-        'present.1.key',
-        'present.1.value',
-      ]);
-      expect(decoded.outputs[1].dims).toEqual(['batch', H, 'total_sequence', E]);
-      const attention = decoded.nodes.filter((n) => n.op === 'Attention');
-      if (opset === 23) {
-        // One Attention op per layer, reading the past and writing the present itself.
-        expect(attention.map((n) => [n.inputs.slice(4), n.outputs.slice(1)])).toEqual(
-          [0, 1].map((i) => [
-            [`past_key_values.${i}.key`, `past_key_values.${i}.value`],
-            [`present.${i}.key`, `present.${i}.value`],
-          ]),
-        );
-        expect(attention.every((n) => !n.attributes.includes('is_causal'))).toBe(true); // bottom-right: a mask
-      } else {
-        expect(attention).toEqual([]);
-        expect(
-          decoded.nodes.filter((n) => n.op === 'Concat' && n.outputs[0].startsWith('present.')).length,
-        ).toBe(4);
-      }
-      const s = await session(bytes);
-      const B = 2;
-      const cache = new KVCache({ numLayers, numKvHeads: H, headDim: E });
-      let past: Record<string, OrtTypes.Tensor> = {};
-      for (let i = 0; i < numLayers; i++) {
-        for (const kv of ['key', 'value'])
-          past[`past_key_values.${i}.${kv}`] = f32(Tensor.zeros([B, H, 0, E]));
-      }
-      let pastLength = 0;
-      for (const [step, L] of [4, 1, 1, 1, 3, 1].entries()) {
-        const x = ids(B, L, 23, step);
-        const positions = Array.from({ length: B * L }, (_, i) => pastLength + (i % L));
-        const out = await s.run({
-          input_ids: i64(x, [B, L]),
-          attention_mask: i64(new Array(B * (pastLength + L)).fill(1), [B, pastLength + L]),
-          position_ids: i64(positions, [B, L]),
-          ...past,
-        });
-        const want = model.forward(x, B, L, { cache }).logits.data;
-        expectClose(`step ${step} (past ${pastLength}, L ${L})`, out.logits.data as Float32Array, want);
-        pastLength += L;
-        past = {};
+    for (const [label, decoderConfig] of [
+      ['', DECODER],
+      [' (positions: rope)', { ...DECODER, positions: 'rope' }],
+    ] as const) {
+      it(`opset ${opset}: kvCache — prefill then one-token steps equal qkv's cached forward${label}`, async () => {
+        const model = randomModel(decoderConfig, 13);
+        const { numLayers, numHeads: H, dModel } = DECODER;
+        const E = dModel / H;
+        const bytes = toOnnx(model, { opset, kvCache: true });
+        const decoded = decodeModel(bytes);
+        checkStructure(decoded, opset);
+        expect(decoded.inputs.map((v) => v.name)).toEqual([
+          'input_ids',
+          'attention_mask',
+          'position_ids',
+          'past_key_values.0.key',
+          'past_key_values.0.value',
+          'past_key_values.1.key',
+          'past_key_values.1.value',
+        ]);
+        expect(decoded.inputs[1].dims).toEqual(['batch', 'total_sequence']);
+        expect(decoded.inputs[3].dims).toEqual(['batch', H, 'past_sequence', E]);
+        expect(decoded.outputs.map((v) => v.name)).toEqual([
+          'logits',
+          'present.0.key',
+          'present.0.value',
+          'present.1.key',
+          'present.1.value',
+        ]);
+        expect(decoded.outputs[1].dims).toEqual(['batch', H, 'total_sequence', E]);
+        const attention = decoded.nodes.filter((n) => n.op === 'Attention');
+        if (opset === 23) {
+          // One Attention op per layer, reading the past and writing the present itself.
+          expect(attention.map((n) => [n.inputs.slice(4), n.outputs.slice(1)])).toEqual(
+            [0, 1].map((i) => [
+              [`past_key_values.${i}.key`, `past_key_values.${i}.value`],
+              [`present.${i}.key`, `present.${i}.value`],
+            ]),
+          );
+          expect(attention.every((n) => !n.attributes.includes('is_causal'))).toBe(true); // bottom-right: a mask
+        } else {
+          expect(attention).toEqual([]);
+          expect(
+            decoded.nodes.filter((n) => n.op === 'Concat' && n.outputs[0].startsWith('present.')).length,
+          ).toBe(4);
+        }
+        const s = await session(bytes);
+        const B = 2;
+        const cache = new KVCache({ numLayers, numKvHeads: H, headDim: E });
+        let past: Record<string, OrtTypes.Tensor> = {};
         for (let i = 0; i < numLayers; i++) {
-          for (const kv of ['key', 'value']) {
-            const present = out[`present.${i}.${kv}`];
-            expect(present.dims).toEqual([B, H, pastLength, E]);
-            past[`past_key_values.${i}.${kv}`] = present;
+          for (const kv of ['key', 'value'])
+            past[`past_key_values.${i}.${kv}`] = f32(Tensor.zeros([B, H, 0, E]));
+        }
+        let pastLength = 0;
+        for (const [step, L] of [4, 1, 1, 1, 3, 1].entries()) {
+          const x = ids(B, L, 23, step);
+          const positions = Array.from({ length: B * L }, (_, i) => pastLength + (i % L));
+          const out = await s.run({
+            input_ids: i64(x, [B, L]),
+            attention_mask: i64(new Array(B * (pastLength + L)).fill(1), [B, pastLength + L]),
+            position_ids: i64(positions, [B, L]),
+            ...past,
+          });
+          const want = model.forward(x, B, L, { cache }).logits.data;
+          expectClose(`step ${step} (past ${pastLength}, L ${L})`, out.logits.data as Float32Array, want);
+          pastLength += L;
+          past = {};
+          for (let i = 0; i < numLayers; i++) {
+            for (const kv of ['key', 'value']) {
+              const present = out[`present.${i}.${kv}`];
+              expect(present.dims).toEqual([B, H, pastLength, E]);
+              past[`past_key_values.${i}.${kv}`] = present;
+            }
           }
         }
-      }
-    });
+      });
 
-    it(`opset ${opset}: greedy generation through the exported cache equals TinyTransformer.generate`, async () => {
-      const config = { ...DECODER, maxLen: 20 };
-      const model = randomModel(config, 14);
-      const { numLayers, numHeads: H, dModel, vocabSize: V } = config;
-      const E = dModel / H;
-      const s = await session(toOnnx(model, { opset, kvCache: true }));
-      const prompt = Int32Array.of(3, 1, 4, 1, 5);
-      const maxNewTokens = 12;
-      const want = model.generate(prompt, { maxNewTokens, temperature: 0 });
-      const made: number[] = [];
-      let past: Record<string, OrtTypes.Tensor> = {};
-      for (let i = 0; i < numLayers; i++) {
-        for (const kv of ['key', 'value'])
-          past[`past_key_values.${i}.${kv}`] = f32(Tensor.zeros([1, H, 0, E]));
-      }
-      let input: number[] = [...prompt];
-      let n = 0;
-      while (made.length < maxNewTokens) {
-        const L = input.length;
-        const out = await s.run({
-          input_ids: i64(input, [1, L]),
-          attention_mask: i64(new Array(n + L).fill(1), [1, n + L]),
-          position_ids: i64(
-            Array.from({ length: L }, (_, i) => n + i),
-            [1, L],
-          ),
-          ...past,
-        });
-        n += L;
-        const logits = (out.logits.data as Float32Array).subarray((L - 1) * V);
-        let best = 0;
-        for (let t = 1; t < V; t++) if (logits[t] > logits[best]) best = t;
-        made.push(best);
-        input = [best];
-        past = {};
+      it(`opset ${opset}: greedy generation through the exported cache equals TinyTransformer.generate${label}`, async () => {
+        const config = { ...decoderConfig, maxLen: 20 };
+        const model = randomModel(config, 14);
+        const { numLayers, numHeads: H, dModel, vocabSize: V } = config;
+        const E = dModel / H;
+        const s = await session(toOnnx(model, { opset, kvCache: true }));
+        const prompt = Int32Array.of(3, 1, 4, 1, 5);
+        const maxNewTokens = 12;
+        const want = model.generate(prompt, { maxNewTokens, temperature: 0 });
+        const made: number[] = [];
+        let past: Record<string, OrtTypes.Tensor> = {};
         for (let i = 0; i < numLayers; i++) {
-          for (const kv of ['key', 'value']) past[`past_key_values.${i}.${kv}`] = out[`present.${i}.${kv}`];
+          for (const kv of ['key', 'value'])
+            past[`past_key_values.${i}.${kv}`] = f32(Tensor.zeros([1, H, 0, E]));
         }
-      }
-      expect(made).toEqual(Array.from(want));
-    });
+        let input: number[] = [...prompt];
+        let n = 0;
+        while (made.length < maxNewTokens) {
+          const L = input.length;
+          const out = await s.run({
+            input_ids: i64(input, [1, L]),
+            attention_mask: i64(new Array(n + L).fill(1), [1, n + L]),
+            position_ids: i64(
+              Array.from({ length: L }, (_, i) => n + i),
+              [1, L],
+            ),
+            ...past,
+          });
+          n += L;
+          const logits = (out.logits.data as Float32Array).subarray((L - 1) * V);
+          let best = 0;
+          for (let t = 1; t < V; t++) if (logits[t] > logits[best]) best = t;
+          made.push(best);
+          input = [best];
+          past = {};
+          for (let i = 0; i < numLayers; i++) {
+            for (const kv of ['key', 'value']) past[`past_key_values.${i}.${kv}`] = out[`present.${i}.${kv}`];
+          }
+        }
+        expect(made).toEqual(Array.from(want));
+      });
+    }
   }
 
   it('dynamicAxes: false with a cache declares fixed sizes', () => {

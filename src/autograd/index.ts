@@ -1,8 +1,25 @@
-// The autograd's names, re-exported as one namespace (`import { autograd } from 'qkv'`), so generic op
-// names (add, scale, linear) do not crowd the library's top level.
+/**
+ * A small reverse-mode autograd: `Var` (a tensor that records the ops on it), the ops of a transformer
+ * (linear, layerNorm, gelu, attention, crossEntropy, …), `backward`, and the AdamW optimiser. Its names
+ * are re-exported as one namespace (`import { autograd } from 'qkv'`), so generic op names (add, scale,
+ * linear) do not crowd the library's top level.
+ *
+ * @packageDocumentation
+ */
 
 export { type AttentionOpOptions, attention } from './attention.js';
-export { add, crossEntropy, dropout, embedding, gelu, layerNorm, linear, scale, splitLast } from './ops.js';
+export {
+  add,
+  crossEntropy,
+  dropout,
+  embedding,
+  gelu,
+  layerNorm,
+  linear,
+  rope,
+  scale,
+  splitLast,
+} from './ops.js';
 export { AdamW, type AdamWOptions, clipGradNorm, warmupCosine } from './optim.js';
 export {
   backward,

@@ -14,6 +14,7 @@ import {
   linearGradInput,
   linearGradWeight,
 } from '../kernels/matmul.js';
+import { checkRopeArgs, ropeTable, rotateHalfHeads } from '../position/rope.js';
 import type { Generator } from '../random.js';
 import { type Floats, floatsLike, needsGrad, opResult, type Var } from './var.js';
 
@@ -321,6 +322,24 @@ export function splitLast(x: Var, widths: readonly number[]): Var[] {
     start += w;
   }
   return outs;
+}
+
+/**
+ * Rotary position embedding (RoPE, rotate-half as position/rope.ts's applyRope) on x [B, L, H·E] without
+ * splitting heads: in every head, feature d and d + E/2 turn by (offset + i)·base^(−2d/E) at row i (the
+ * queries or keys of positions offset … offset + L − 1). The rotation is orthogonal, so the backward turns
+ * ∂y by the opposite angle. Saves nothing: the cos/sin table is shared per (E, base).
+ */
+export function rope(x: Var, numHeads: number, headDim: number, offset = 0, base = 10000): Var {
+  const L = checkRopeArgs('rope', x.shape, numHeads, headDim, offset, base);
+  const { cos, sin } = ropeTable(L, headDim, offset, base);
+  const X = x.data;
+  const y = floatsLike(X, X.length);
+  rotateHalfHeads(X, y, L, numHeads, headDim, cos, sin);
+  const out = opResult(y, x.shape, [x], () =>
+    rotateHalfHeads(out.grad!, x.gradBuffer(), L, numHeads, headDim, cos, sin, true),
+  );
+  return out;
 }
 
 /**

@@ -10,6 +10,7 @@ import { decodeSafetensors } from '../io/safetensors.js';
 import { BpeTokenizer } from '../text/bpe.js';
 import { tokenizerFromJSON } from '../text/registry.js';
 import { TOKENIZER_KEY, type Tokenizer } from '../text/tokenizer.js';
+import { nodeTrainPlatform } from '../threads/train-node.js';
 import { saveCheckpoint } from '../train/checkpoint.js';
 import { type InductionRecord, inductionPlotSvg, inductionScore, phaseChange } from '../train/induction.js';
 import { languageModelTask } from '../train/lm.js';
@@ -42,6 +43,11 @@ Options:
   --seed <n>        seed for weights and data, 0 to 4294967295; default 0
   --out <file>      checkpoint (safetensors); default <task>.safetensors (scaling: none)
   --plot <file>     loss curve (SVG); default <out without .safetensors>.loss.svg (scaling: scaling.svg)
+  --positions <kind>  sinusoidal (default: a table added to the embeddings) or rope (rotary: each head's
+                    queries and keys turned by their position; needs an even d_model / heads); every
+                    task but scaling
+  --threads <n>     data-parallel training on n threads, 1 to 64 (each step's batch split by rows, the
+                    gradients summed); default 1. With dropout the masks differ from a 1-thread run
   -h, --help        this help
 
 Options of --task lm:
@@ -65,6 +71,10 @@ interface TrainArgs {
   task: string;
   steps?: number;
   seed: number;
+  /** --threads: data-parallel training threads (1: the calling thread only). */
+  threads: number;
+  /** --positions; undefined: the model's default (sinusoidal). */
+  positions?: 'sinusoidal' | 'rope';
   out?: string;
   plot?: string;
   lm?: LmArgs;
@@ -96,6 +106,8 @@ function parse(argv: string[]): TrainArgs | 'help' {
     seed: { type: 'string' },
     out: { type: 'string' },
     plot: { type: 'string' },
+    positions: { type: 'string' },
+    threads: { type: 'string' },
     text: { type: 'string' },
     heldout: { type: 'string' },
     'vocab-size': { type: 'string' },
@@ -134,6 +146,13 @@ function parse(argv: string[]): TrainArgs | 'help' {
     const why = path === undefined ? '' : unwritableReason(path);
     if (why) throw new UsageError(`train: cannot write --${name} ${path}: ${why}`);
   }
+  const positions = values.positions;
+  if (positions !== undefined && positions !== 'sinusoidal' && positions !== 'rope')
+    throw new UsageError(`train: --positions must be sinusoidal or rope, got '${String(positions)}'`);
+  if (positions !== undefined && task === 'scaling')
+    throw new UsageError(
+      'train: --positions is not an option of --task scaling (the §4.2 experiment is fixed)',
+    );
   const lmOnly = [
     'text',
     'heldout',
@@ -179,6 +198,10 @@ function parse(argv: string[]): TrainArgs | 'help' {
       resume: Boolean(values.resume),
       float16: Boolean(values.float16),
     };
+    if (positions === 'rope' && (lm.dModel % lm.heads !== 0 || (lm.dModel / lm.heads) % 2 !== 0))
+      throw new UsageError(
+        `train: --positions rope needs an even head width, but --d-model ${lm.dModel} / --heads ${lm.heads} is not an even integer`,
+      );
   } else {
     const stray = lmOnly.find((name) => values[name] !== undefined);
     if (stray) throw new UsageError(`train: --${stray} is an option of --task lm only`);
@@ -187,6 +210,8 @@ function parse(argv: string[]): TrainArgs | 'help' {
     task,
     steps: int('steps', 1, 1_000_000),
     seed: int('seed', 0, 2 ** 32 - 1) ?? 0,
+    threads: int('threads', 1, 64) ?? 1,
+    positions,
     out: values.out as string | undefined,
     plot: values.plot as string | undefined,
     lm,
@@ -285,14 +310,40 @@ function stripExtension(path: string): string {
   return path.replace(/\.safetensors$/, '');
 }
 
+/** The model overrides --positions asks for (none without it: the task's model as it was). */
+function positionsOverride(args: TrainArgs): { positions?: 'sinusoidal' | 'rope' } {
+  return args.positions === undefined ? {} : { positions: args.positions };
+}
+
+/** The Trainer options --threads asks for: Node's worker_threads for more than one. */
+function threadOptions(args: TrainArgs): { threads?: number; platform?: typeof nodeTrainPlatform } {
+  return args.threads > 1 ? { threads: args.threads, platform: nodeTrainPlatform } : {};
+}
+
+/** ', 2 threads' when training on more than one thread (the progress line's words). */
+function threadsNote(args: TrainArgs): string {
+  return args.threads > 1 ? `, ${args.threads} threads` : '';
+}
+
+/** ', RoPE' for a rotary model, '' for sinusoidal positions (the progress line's words). */
+function positionsNote(positions: 'sinusoidal' | 'rope'): string {
+  return positions === 'rope' ? ', RoPE' : '';
+}
+
 async function runTask(args: TrainArgs, io: CliIO): Promise<number> {
-  const trainer = new Trainer({ task: args.task, seed: args.seed, steps: args.steps });
+  const trainer = new Trainer({
+    task: args.task,
+    seed: args.seed,
+    steps: args.steps,
+    model: positionsOverride(args),
+    ...threadOptions(args),
+  });
   const out = args.out ?? `${args.task}.safetensors`;
   const plot = args.plot ?? `${stripExtension(out)}.loss.svg`;
   const { model } = trainer;
   io.stderr.write(
     `qkv train: ${trainer.task.description}; ${model.config.numLayers} layers, D=${model.config.dModel}, ` +
-      `${model.config.numHeads} heads, ${model.numParameters} parameters, ${plural(trainer.steps, 'step')}, seed ${args.seed}\n`,
+      `${model.config.numHeads} heads${positionsNote(model.config.positions)}, ${model.numParameters} parameters, ${plural(trainer.steps, 'step')}, seed ${args.seed}${threadsNote(args)}\n`,
   );
   const stop = interruptFlag();
   const t0 = performance.now();
@@ -301,6 +352,7 @@ async function runTask(args: TrainArgs, io: CliIO): Promise<number> {
     interrupted = await loop(trainer, args.task, io, stop);
   } finally {
     stop.dispose();
+    await trainer.terminate();
   }
   const seconds = (performance.now() - t0) / 1000;
   writeFileAtomic(out, trainer.checkpoint()); // config, task, step and the task's tokenizer in the metadata
@@ -364,7 +416,14 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
     train,
     test,
     contextLength: o.context,
-    model: { dModel: o.dModel, numHeads: o.heads, numLayers: o.layers, dFF: o.dFF, dropout: o.dropout },
+    model: {
+      dModel: o.dModel,
+      numHeads: o.heads,
+      numLayers: o.layers,
+      dFF: o.dFF,
+      dropout: o.dropout,
+      ...positionsOverride(args),
+    },
   });
   const trainer = new Trainer({
     task,
@@ -373,16 +432,20 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
     batchSize: o.batchSize,
     lr: o.lr,
     warmup: o.warmup,
+    ...threadOptions(args),
   });
+  // Training time summed over every run of a resumed training (the state keeps it).
+  let trainedBefore = 0;
   if (saved) {
+    trainedBefore = Number(decodeSafetensors(saved).metadata[SECONDS_KEY] ?? 0) || 0;
     trainer.restoreState(saved);
     io.stderr.write(`qkv train: resumed from ${statePath} at step ${trainer.step}\n`);
   }
   const { model } = trainer;
   const c = model.config;
   io.stderr.write(
-    `qkv train: ${task.description}; ${c.numLayers} layers, D=${c.dModel}, ${c.numHeads} heads, dFF ${c.dFF}, ` +
-      `${model.numParameters} parameters, ${trainer.steps} steps of ${o.batchSize}×${o.context} tokens, seed ${args.seed}\n`,
+    `qkv train: ${task.description}; ${c.numLayers} layers, D=${c.dModel}, ${c.numHeads} heads${positionsNote(c.positions)}, dFF ${c.dFF}, ` +
+      `${model.numParameters} parameters, ${trainer.steps} steps of ${o.batchSize}×${o.context} tokens, seed ${args.seed}${threadsNote(args)}\n`,
   );
   // Bits per byte of the held-out text, estimated from the mean loss of random windows.
   const heldBytes = heldText === undefined ? 0 : new TextEncoder().encode(heldText).length;
@@ -391,7 +454,11 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
     const loss = trainer.evaluate('test', 8);
     return `held-out loss ${loss.toFixed(4)} (≈ ${((loss / Math.LN2) * (test.length / heldBytes)).toFixed(3)} bits/byte)`;
   };
+  const stop = interruptFlag();
+  const t0 = performance.now();
+  const trainSeconds = () => (trainedBefore + (performance.now() - t0) / 1000).toFixed(1);
   const save = () => {
+    const seconds = trainSeconds();
     writeFileAtomic(
       out,
       saveCheckpoint(model, {
@@ -399,12 +466,14 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
         step: trainer.step,
         tokenizer,
         dtype: o.float16 ? 'float16' : 'float32',
+        extra: { [SECONDS_KEY]: seconds },
       }),
     );
-    writeFileAtomic(statePath, trainer.saveState({ [TOKENIZER_KEY]: JSON.stringify(tokenizer.toJSON()) }));
+    writeFileAtomic(
+      statePath,
+      trainer.saveState({ [TOKENIZER_KEY]: JSON.stringify(tokenizer.toJSON()), [SECONDS_KEY]: seconds }),
+    );
   };
-  const stop = interruptFlag();
-  const t0 = performance.now();
   let interrupted: boolean;
   try {
     interrupted = await loop(trainer, 'lm', io, stop, (info) => {
@@ -417,6 +486,7 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
     });
   } finally {
     stop.dispose();
+    await trainer.terminate();
   }
   save();
   const seconds = (performance.now() - t0) / 1000;
@@ -432,11 +502,14 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
   const final = tail.reduce((sum, x) => sum + x, 0) / Math.max(1, tail.length);
   const held = heldOut();
   io.stdout.write(
-    `${interrupted ? 'interrupted' : 'trained'} lm: ${trainer.step}/${trainer.steps} steps (${seconds.toFixed(1)} s this run), ` +
+    `${interrupted ? 'interrupted' : 'trained'} lm: ${trainer.step}/${trainer.steps} steps (${seconds.toFixed(1)} s this run, ${trainSeconds()} s in all), ` +
       `training loss ${final.toFixed(4)} (mean of last ${tail.length})${held ? `, ${held}` : ''}; checkpoint ${out}, state ${statePath}, loss curve ${plot}\n`,
   );
   return interrupted ? 130 : 0;
 }
+
+/** Seconds of training so far, summed over resumed runs: kept in the state and the checkpoint's metadata. */
+const SECONDS_KEY = 'qkv.trainSeconds';
 
 /** Steps between two measurements of the induction score in `--task induction`. */
 const INDUCTION_EVERY = 10;
@@ -447,14 +520,20 @@ const INDUCTION_EVERY = 10;
  * step of the phase change.
  */
 async function runInduction(args: TrainArgs, io: CliIO): Promise<number> {
-  const trainer = new Trainer({ task: 'induction', seed: args.seed, steps: args.steps });
+  const trainer = new Trainer({
+    task: 'induction',
+    seed: args.seed,
+    steps: args.steps,
+    model: positionsOverride(args),
+    ...threadOptions(args),
+  });
   const out = args.out ?? 'induction.safetensors';
   const plot = args.plot ?? `${stripExtension(out)}.loss.svg`;
   const { model } = trainer;
   const c = model.config;
   io.stderr.write(
-    `qkv train: ${trainer.task.description}; ${c.numLayers} layers, attention only, D=${c.dModel}, ` +
-      `${c.numHeads} heads, ${model.numParameters} parameters, ${trainer.steps} steps, seed ${args.seed}\n`,
+    `qkv train: ${trainer.task.description}; ${c.numLayers} layers, attention only${positionsNote(c.positions)}, D=${c.dModel}, ` +
+      `${c.numHeads} heads, ${model.numParameters} parameters, ${trainer.steps} steps, seed ${args.seed}${threadsNote(args)}\n`,
   );
   const records: InductionRecord[] = [];
   const measure = (step: number, loss: number) => {
@@ -478,6 +557,7 @@ async function runInduction(args: TrainArgs, io: CliIO): Promise<number> {
     });
   } finally {
     stop.dispose();
+    await trainer.terminate();
   }
   if (since > 0) measure(trainer.step, sum / since); // interrupted between two measurements
   const seconds = (performance.now() - t0) / 1000;
@@ -531,13 +611,14 @@ async function runScaling(args: TrainArgs, io: CliIO): Promise<number> {
       }),
       seed: args.seed,
       steps,
+      ...threadOptions(args),
     });
   const runs = [
     { label: 'softmax(QKᵀ/√d_k)', trainer: make(true) },
     { label: 'softmax(QKᵀ), no scaling', trainer: make(false) },
   ];
   io.stderr.write(
-    `qkv train --task scaling: copy 6 of 8 symbols, 2 layers, d_model = d_k = 64 (one head), ${plural(steps, 'step')}, seed ${args.seed}\n`,
+    `qkv train --task scaling: copy 6 of 8 symbols, 2 layers, d_model = d_k = 64 (one head), ${plural(steps, 'step')}, seed ${args.seed}${threadsNote(args)}\n`,
   );
   const stop = interruptFlag();
   let interrupted = false;
@@ -547,6 +628,7 @@ async function runScaling(args: TrainArgs, io: CliIO): Promise<number> {
     }
   } finally {
     stop.dispose();
+    for (const run of runs) await run.trainer.terminate();
   }
   const series: PlotSeries[] = runs.map((r) => ({ label: r.label, values: r.trainer.losses }));
   writeFileSync(

@@ -3,7 +3,8 @@
 // MultiHeadAttention, the playground's trace) implement. One decision to know: every matrix product is
 // `ops.linear`, and both implementations call kernels/matmul.ts, so a faster GEMM lands there once; an
 // observer sees each intermediate as it is computed (the trace is one), so looking never forks the maths.
-// An attention-only block (mlp: false, Olsson et al.'s toy models) is the same block without its MLP sublayer.
+// An attention-only block (mlp: false, Olsson et al.'s toy models) is the same block without its MLP sublayer;
+// a RoPE model's block (options.attention.rope) rotates q and k right after their projection, here, once.
 // Shape letters: B batch, L queries, S keys, D model width, H heads, E and Ev per-head query/key and value widths.
 
 import type { AttentionOptions } from '../attention/plan.js';
@@ -67,6 +68,13 @@ export interface BlockAttentionOptions extends AttentionOptions {
    * newest positions). Inference only: the autograd's op refuses it when a gradient is needed.
    */
   cache?: { cache: KVCache; layer: number };
+  /**
+   * Rotary position embedding (rotate-half, base e.g. 10000): `attend` turns every head of q and k by
+   * its absolute position, offset + row (offset: the tokens before these, e.g. the cache's length)
+   * before attention. Self-attention only (the keys are at the queries' positions). Not passed on to
+   * ops.attention.
+   */
+  rope?: { base: number; offset: number };
 }
 
 /** The ops a block is written in. T is a Var (autograd) or a Tensor (inference); shapes as in the comments. */
@@ -81,6 +89,11 @@ export interface BlockOps<T extends Shaped> {
   add(a: T, b: T): T;
   /** Splits the last axis into pieces of the given widths. */
   splitLast(x: T, widths: readonly number[]): T[];
+  /**
+   * RoPE (rotate-half) on x [B, L, H·E], heads not split: in each head features d and d + E/2 turn by
+   * (offset + i)·base^(−2d/E) at row i.
+   */
+  rope(x: T, numHeads: number, headDim: number, offset: number, base: number): T;
   /** q [B, L, H·E], k [B, S, Hkv·E], v [B, S, Hkv·Ev] → heads concatenated [B, L, H·Ev] (+ weights). */
   attention(q: T, k: T, v: T, options: BlockAttentionOptions): { out: T; weights?: Tensor };
   /** Inverted dropout with probability p, masks drawn from `generator`. */
@@ -91,7 +104,7 @@ export interface BlockOps<T extends Shaped> {
 export interface BlockObserver<T> {
   /** LN1(x) [B, L, D]: what the attention projections read. */
   normed?(x: T): void;
-  /** q [B, L, H·E], k [B, S, Hkv·E], v [B, S, Hkv·Ev], heads not yet split. */
+  /** q [B, L, H·E], k [B, S, Hkv·E], v [B, S, Hkv·Ev], heads not yet split (q and k rotated, with rope). */
   projected?(q: T, k: T, v: T): void;
   /** The heads' outputs, concatenated [B, L, H·Ev], and the weights [B, H, L, S] when they were asked for. */
   attended?(out: T, weights: Tensor | undefined): void;
@@ -104,7 +117,8 @@ export interface KeyValue<T> {
 }
 
 /**
- * Projects q, k and v, splits heads, attends and merges heads: [B, L, H·Ev], before the output projection.
+ * Projects q, k and v (and rotates q and k with `options.rope`), splits heads, attends and merges heads:
+ * [B, L, H·Ev], before the output projection.
  * The trace stops here on its focused layer (focusOnly); attentionSublayer adds the projection.
  */
 export function attend<T extends Shaped>(
@@ -133,8 +147,17 @@ export function attend<T extends Shaped>(
     k = ops.linear(kv?.key ?? x, wk, bk);
     v = ops.linear(kv?.value ?? x, wv, bv);
   }
+  const { rope, ...rest } = options;
+  if (rope) {
+    if (kv) throw new Error('attend: rope serves self-attention only (keys at the queries’ positions)');
+    const H = options.numHeads;
+    const Hkv = options.numKvHeads ?? H;
+    const E = q.shape[2] / H;
+    q = ops.rope(q, H, E, rope.offset, rope.base);
+    k = ops.rope(k, Hkv, k.shape[2] / Hkv, rope.offset, rope.base);
+  }
   observer?.projected?.(q, k, v);
-  const a = ops.attention(q, k, v, options);
+  const a = ops.attention(q, k, v, rest);
   observer?.attended?.(a.out, a.weights);
   return { heads: a.out, weights: a.weights };
 }

@@ -8,6 +8,7 @@ import { runKernel } from '../attention/sdpa.js';
 import { geluValues } from '../autograd/ops.js';
 import { type KVCache, planCachedAttention } from '../cache/kv-cache.js';
 import { linear as gemm, swapMiddle } from '../kernels/matmul.js';
+import { checkRopeArgs, ropeTable, rotateHalfHeads } from '../position/rope.js';
 import type { Generator } from '../random.js';
 import { sizeOf } from '../shape.js';
 import { Tensor } from '../tensor.js';
@@ -126,6 +127,14 @@ export const tensorOps: BlockOps<Tensor> = {
       start += w;
       return new Tensor(y, [...x.shape.slice(0, -1), w]);
     });
+  },
+
+  rope(x, numHeads, headDim, offset, base) {
+    const L = checkRopeArgs('rope', x.shape, numHeads, headDim, offset, base);
+    const { cos, sin } = ropeTable(L, headDim, offset, base);
+    const y = new Float32Array(x.size);
+    rotateHalfHeads(x.data, y, L, numHeads, headDim, cos, sin); // the autograd's loop: bit for bit its rope
+    return new Tensor(y, x.shape);
   },
 
   attention(q, k, v, options) {

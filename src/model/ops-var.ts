@@ -3,7 +3,7 @@
 // nothing more — the maths and the gradients live in src/autograd, the block's wiring in block.ts.
 
 import { attention } from '../autograd/attention.js';
-import { add, dropout, gelu, layerNorm, linear, splitLast } from '../autograd/ops.js';
+import { add, dropout, gelu, layerNorm, linear, rope, splitLast } from '../autograd/ops.js';
 import type { Var } from '../autograd/var.js';
 import type { BlockOps } from './block.js';
 
@@ -14,6 +14,7 @@ export const varOps: BlockOps<Var> = {
   gelu,
   add,
   splitLast,
+  rope,
   attention(q, k, v, options) {
     // The autograd's op names itself in errors and has no kernel choice: drop what it does not take.
     const { caller: _caller, kernel: _kernel, ...rest } = options;

@@ -1,5 +1,5 @@
-// TinyTransformer: token embedding (×√D) + sinusoidal positions, N pre-LayerNorm blocks of multi-head
-// attention + GELU MLP, a final LayerNorm and an output head tied to the embedding; an encoder
+// TinyTransformer: token embedding (×√D) + sinusoidal positions (or RoPE), N pre-LayerNorm blocks of
+// multi-head attention + GELU MLP, a final LayerNorm and an output head tied to the embedding; an encoder
 // (bidirectional) or, with causal: true, a decoder. Its blocks are block.ts's forward over the autograd's
 // ops (ops-var.ts), so it trains as it runs; its parameters are the table's in params.ts.
 // One decision to know: parameter names are PyTorch's nn.TransformerEncoderLayer(norm_first=True) names
@@ -8,6 +8,9 @@
 // With mlp: false the blocks are attention only (no norm2, linear1, linear2: Olsson et al.'s toy models);
 // config.mlp is then an ordinary field, while mlp: true is not enumerable, so JSON.stringify and spreads
 // leave it out and a model with MLPs writes the config, checkpoints and training states it wrote before.
+// Positions follow the same rule: positions: 'sinusoidal' (a table added to the embeddings) and the default
+// ropeBase 10000 are not enumerable; positions: 'rope' (no table: each block rotates every head's q and k
+// by its absolute position, block.ts's attend) is an ordinary field, and so is a ropeBase other than 10000.
 
 import { add, embedding, layerNorm, linear, scale } from '../autograd/ops.js';
 import { constant, type Floats, parameter, type Var } from '../autograd/var.js';
@@ -39,7 +42,7 @@ export interface TransformerConfig {
   numLayers: number;
   /** Hidden width of each block's MLP (usually 4·D); unused when `mlp` is false. */
   dFF: number;
-  /** Longest sequence (rows of the positional table). */
+  /** Longest sequence (rows of the sinusoidal table; with RoPE, the longest a forward or cache takes). */
   maxLen: number;
   /** true: decoder (query i sees keys j ≤ i); false: bidirectional encoder. */
   causal: boolean;
@@ -49,7 +52,21 @@ export interface TransformerConfig {
   dropout?: number;
   /** false: attention-only blocks, x += Attn(LN(x)) with no MLP sublayer. Default true. */
   mlp?: boolean;
+  /**
+   * How tokens know their position: 'sinusoidal' (default) adds the sinusoidal table to the embeddings;
+   * 'rope' adds nothing and rotates each head's queries and keys by their position before attention
+   * (rotate-half RoPE, Su et al.), so scores depend on positions only through their difference. 'rope'
+   * needs an even head width dModel / numHeads.
+   */
+  positions?: 'sinusoidal' | 'rope';
+  /** RoPE's frequency base θ (positions: 'rope' only). Default 10000. */
+  ropeBase?: number;
 }
+
+/** The values TransformerConfig.positions takes. */
+export const POSITION_KINDS = ['sinusoidal', 'rope'] as const;
+/** RoPE's default frequency base. */
+export const DEFAULT_ROPE_BASE = 10000;
 
 /** Options of TinyTransformer.forward. */
 export interface ForwardOptions {
@@ -86,11 +103,15 @@ const FN = 'TinyTransformer';
 
 /** A small transformer whose parameters are autograd Vars (float32, or float64 for gradient checks). */
 export class TinyTransformer {
-  /** Every field set; `mlp: true` is not enumerable (JSON.stringify and spreads omit the default). */
+  /**
+   * Every field set; the defaults `mlp: true`, `positions: 'sinusoidal'` and `ropeBase: 10000` are not
+   * enumerable (JSON.stringify and spreads omit them).
+   */
   readonly config: Required<TransformerConfig>;
   /** Parameters by PyTorch-style name, in a fixed order. */
   readonly params = new Map<string, Var>();
-  private readonly positions: Floats;
+  /** The sinusoidal table [maxLen, D]; undefined with positions: 'rope'. */
+  private readonly positions: Floats | undefined;
 
   constructor(
     config: TransformerConfig,
@@ -99,11 +120,19 @@ export class TinyTransformer {
     if (config === null || typeof config !== 'object') {
       throw new TypeError(`${FN}: config must be an object, got ${formatValue(config)}`);
     }
-    const { mlp = true, ...rest } = config;
+    const { mlp = true, positions = 'sinusoidal', ropeBase = DEFAULT_ROPE_BASE, ...rest } = config;
     checkBoolean(FN, 'mlp', mlp);
+    checkPositions((field) => `${FN}: ${field}`, positions, ropeBase);
     const c = { scaleScores: true, dropout: 0, ...rest } as Required<TransformerConfig>;
     if (mlp) Object.defineProperty(c, 'mlp', { value: true, enumerable: false });
     else c.mlp = false;
+    // Defaults not enumerable, so a sinusoidal model writes the config it wrote before the option existed.
+    if (positions === 'sinusoidal')
+      Object.defineProperty(c, 'positions', { value: positions, enumerable: false });
+    else c.positions = positions;
+    if (ropeBase === DEFAULT_ROPE_BASE)
+      Object.defineProperty(c, 'ropeBase', { value: ropeBase, enumerable: false });
+    else c.ropeBase = ropeBase;
     for (const key of ['vocabSize', 'dModel', 'numHeads', 'numLayers', 'dFF', 'maxLen'] as const) {
       checkInteger(FN, key, c[key], 1);
     }
@@ -118,9 +147,14 @@ export class TinyTransformer {
     }
     if (c.dModel % c.numHeads !== 0)
       throw new RangeError(`${FN}: dModel=${c.dModel} is not divisible by numHeads=${c.numHeads}`);
+    if (positions === 'rope' && (c.dModel / c.numHeads) % 2 !== 0) {
+      throw new RangeError(
+        `${FN}: positions: 'rope' rotates pairs of each head's features, so the head width dModel / numHeads = ${c.dModel}/${c.numHeads} = ${c.dModel / c.numHeads} must be even`,
+      );
+    }
     const bytes = dtype === 'float64' ? 8 : 4;
     for (const [name, shape] of transformerParameterShapes(c)) checkAllocation(FN, name, shape, bytes);
-    checkAllocation(FN, 'the positional table', [c.maxLen, c.dModel], 4);
+    if (positions === 'sinusoidal') checkAllocation(FN, 'the positional table', [c.maxLen, c.dModel], 4);
     this.config = c;
     const D = c.dModel;
     // Every parameter as the table names, shapes and initialises it (PyTorch's rules), drawn in table order.
@@ -132,8 +166,10 @@ export class TinyTransformer {
       fillInit(init, data, gen);
       this.params.set(name, parameter(data, shape));
     }
-    const pe = sinusoidalPositionalEncoding(c.maxLen, D).data;
-    this.positions = dtype === 'float64' ? Float64Array.from(pe) : pe;
+    if (positions === 'sinusoidal') {
+      const pe = sinusoidalPositionalEncoding(c.maxLen, D).data;
+      this.positions = dtype === 'float64' ? Float64Array.from(pe) : pe;
+    }
   }
 
   /** The parameters in a fixed order (for the optimizer). */
@@ -199,10 +235,17 @@ export class TinyTransformer {
       return { logits: constant(logits, [B, L, vocabSize]), weights };
     }
 
-    const pos = constant(this.positions.subarray(0, L * D), [L, D]);
-    let x = add(scale(embedding(this.p('embedding.weight'), ids, [B, L]), Math.sqrt(D)), pos); // [B, L, D]
+    let x = scale(embedding(this.p('embedding.weight'), ids, [B, L]), Math.sqrt(D)); // [B, L, D]
+    if (this.positions) x = add(x, constant(this.positions.subarray(0, L * D), [L, D]));
     const weights: Tensor[] = [];
-    const attention = { numHeads: H, causal, mask, scale: scaleScores ? undefined : 1, needWeights };
+    const attention = {
+      numHeads: H,
+      causal,
+      mask,
+      scale: scaleScores ? undefined : 1,
+      needWeights,
+      rope: this.#rope(0),
+    };
     const get = (name: string) => this.params.get(name);
     const { mlp } = this.config;
     for (let l = 0; l < this.config.numLayers; l++) {
@@ -324,7 +367,7 @@ export class TinyTransformer {
       throw new TypeError(`${fn}: a cache serves a decoder (causal: true); this model is an encoder`);
     if (cache.length + L > maxLen) {
       throw new RangeError(
-        `${fn}: the cache holds ${cache.length} tokens; ${L} more would pass maxLen=${maxLen} (the positional table)`,
+        `${fn}: the cache holds ${cache.length} tokens; ${L} more would pass maxLen=${maxLen}${this.config.positions === 'rope' ? '' : ' (the positional table)'}`,
       );
     }
   }
@@ -349,6 +392,7 @@ export class TinyTransformer {
     }
     const get = (name: string) => tensors.get(name)!;
     // The embedding ×√D + positions, rounded to float32 at each step as the autograd's ops store them.
+    // Positions start at the cache's length (before this step appends): RoPE's offset too.
     const table = get('embedding.weight').data;
     const offset = cache ? cache.length : 0;
     const positions = this.positions;
@@ -359,9 +403,10 @@ export class TinyTransformer {
       const p = (offset + (r % L)) * D;
       for (let d = 0; d < D; d++) {
         x0[r * D + d] = table[t + d] * c;
-        x0[r * D + d] += positions[p + d];
+        if (positions) x0[r * D + d] += positions[p + d];
       }
     }
+    const rope = this.#rope(offset);
     let x = new Tensor(x0, [B, L, D]);
     const weights: Tensor[] = [];
     for (let l = 0; l < this.config.numLayers; l++) {
@@ -372,6 +417,7 @@ export class TinyTransformer {
         needWeights,
         caller: `${FN}.forward`,
         cache: cache && { cache, layer: l },
+        rope,
       };
       const { mlp } = this.config;
       const block = transformerBlock(tensorOps, blockParamsFrom(get, `layers.${l}.`, mlp), x, {
@@ -383,6 +429,11 @@ export class TinyTransformer {
     }
     x = tensorOps.layerNorm(x, get('norm.weight'), get('norm.bias'));
     return { logits: tensorOps.linear(x, get('embedding.weight')).data, weights };
+  }
+
+  /** The blocks' RoPE option for positions starting at `offset` (undefined for a sinusoidal model). */
+  #rope(offset: number): { base: number; offset: number } | undefined {
+    return this.config.positions === 'rope' ? { base: this.config.ropeBase, offset } : undefined;
   }
 
   /** Float32 copies of the parameters by name (PyTorch's state_dict()). */
@@ -439,8 +490,39 @@ export function parseTransformerConfig(json: string): TransformerConfig {
   }
   if (o.mlp !== undefined && typeof o.mlp !== 'boolean')
     throw new RangeError(`${FN}: config field 'mlp' must be a boolean, got ${formatValue(o.mlp)}`);
+  checkPositions(
+    (field) => `${FN}: config field '${field}'`,
+    o.positions ?? 'sinusoidal',
+    o.ropeBase ?? DEFAULT_ROPE_BASE,
+  );
   if ((o.maxLen as number) > MAX_STORED_LEN) {
     throw new RangeError(`${FN}: config asks for maxLen ${o.maxLen}; at most ${MAX_STORED_LEN} is accepted`);
   }
   return o as unknown as TransformerConfig;
+}
+
+/**
+ * Checks `positions` ('sinusoidal' or 'rope') and `ropeBase` (a positive finite number; other than the
+ * default only with 'rope'); `name(field)` says the field in messages ("TinyTransformer: positions").
+ */
+export function checkPositions(
+  name: (field: string) => string,
+  positions: unknown,
+  ropeBase: unknown,
+): asserts positions is 'sinusoidal' | 'rope' {
+  if (!(POSITION_KINDS as readonly unknown[]).includes(positions)) {
+    throw new RangeError(
+      `${name('positions')} must be 'sinusoidal' or 'rope', got ${formatValue(positions)}`,
+    );
+  }
+  if (!(typeof ropeBase === 'number' && Number.isFinite(ropeBase) && ropeBase > 0)) {
+    throw new RangeError(
+      `${name('ropeBase')} must be a positive finite number, got ${formatValue(ropeBase)}`,
+    );
+  }
+  if (positions !== 'rope' && ropeBase !== DEFAULT_ROPE_BASE) {
+    throw new RangeError(
+      `${name('ropeBase')} (${ropeBase}) is RoPE's frequency base and needs positions: 'rope' (positions is '${positions}')`,
+    );
+  }
 }

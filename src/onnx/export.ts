@@ -8,13 +8,19 @@
 // and a query that may see no key gets a zero output rather than an even spread (opset 17) or NaN
 // (opset 23). Names follow transformers.js / Optimum: input_ids, attention_mask, position_ids,
 // past_key_values.{i}.key|value → present.{i}.key|value, logits.
+// A RoPE TinyTransformer (positions: 'rope') is spelled in plain ops at either opset: cos/sin tables
+// [maxLen, E/2] as initializers (rope_cos, rope_sin), gathered by position (0…L−1, or position_ids with a
+// cache), and each head's halves of q and k turned (Split, Mul, Sub/Add, Concat) before attention, so the
+// present keys are the rotated ones, as qkv's KVCache holds them.
 
 import { MultiHeadAttention } from '../attention/multihead.js';
 import type { CausalOption } from '../attention/plan.js';
 import { SelfAttention } from '../attention/self-attention.js';
 import { TinyTransformer } from '../model/transformer.js';
+import { ropeTable } from '../position/rope.js';
 import { sinusoidalPositionalEncoding } from '../position/sinusoidal.js';
 import { checkBoolean, checkInteger, checkOptionNames, formatValue } from '../shape.js';
+import { Tensor } from '../tensor.js';
 import {
   attentionCore17,
   attentionCore23,
@@ -303,6 +309,7 @@ function exportTransformer(g: GraphBuilder, m: TinyTransformer, r: Resolved): vo
   const { B, L, past, total } = r.dims;
   const { vocabSize: V, dModel: D, numHeads: H, numLayers, maxLen, causal, scaleScores } = m.config;
   const E = D / H;
+  const rope = m.config.positions === 'rope';
   const ids = g.input('input_ids', DataType.INT64, [B, L]);
   const attentionMask = r.mask
     ? g.input('attention_mask', DataType.INT64, [B, r.kvCache ? total : L])
@@ -320,15 +327,40 @@ function exportTransformer(g: GraphBuilder, m: TinyTransformer, r: Resolved): vo
   const dict = m.stateDict();
   const w = (name: string) => g.weight(name, dict[name]);
   const embedding = w('embedding.weight');
-  const table = g.weight('position_table', sinusoidalPositionalEncoding(maxLen, D));
 
-  // Embedding ×√D plus the sinusoidal row of each position (0…L−1, or position_ids with a cache).
+  // Embedding ×√D plus the sinusoidal row of each position (0…L−1, or position_ids with a cache); with
+  // RoPE nothing is added and the positions pick the rotation's cos/sin rows instead.
   const Ldim = g.dim(ids, 1);
   const positions =
     positionIds ??
     g.op('Range', [g.ints([0], true), g.op('Squeeze', [Ldim, g.ints([0])]), g.ints([1], true)]);
   let x = g.op('Mul', [g.op('Gather', [embedding, ids], [{ name: 'axis', int: 0 }]), g.float(Math.sqrt(D))]);
-  x = g.op('Add', [x, g.op('Gather', [table, positions], [{ name: 'axis', int: 0 }])]); // [B, L, D]
+  let rotate = (heads: string) => heads;
+  if (rope) {
+    const half = E / 2;
+    const { cos, sin } = ropeTable(maxLen, E, 0, m.config.ropeBase);
+    // [L, E/2] from Range (broadcasts over [B, H, L, E/2]); [B, L, E/2] → [B, 1, L, E/2] from position_ids.
+    const rows = (name: string, t: Float64Array) => {
+      const gathered = g.op(
+        'Gather',
+        [g.weight(name, new Tensor(Float32Array.from(t), [maxLen, half])), positions],
+        [{ name: 'axis', int: 0 }],
+      );
+      return positionIds ? g.op('Unsqueeze', [gathered, g.ints([1])]) : gathered;
+    };
+    const c = rows('rope_cos', cos);
+    const s = rows('rope_sin', sin);
+    // [B, H, L, E]: (x1, x2) → (x1·cos − x2·sin, x2·cos + x1·sin), x1 and x2 the halves of each head.
+    rotate = (heads) => {
+      const [x1, x2] = g.ops('Split', [heads, g.ints([half, half])], 2, [{ name: 'axis', int: -1 }]);
+      const y1 = g.op('Sub', [g.op('Mul', [x1, c]), g.op('Mul', [x2, s])]);
+      const y2 = g.op('Add', [g.op('Mul', [x2, c]), g.op('Mul', [x1, s])]);
+      return g.op('Concat', [y1, y2], [{ name: 'axis', int: -1 }]);
+    };
+  } else {
+    const table = g.weight('position_table', sinusoidalPositionalEncoding(maxLen, D));
+    x = g.op('Add', [x, g.op('Gather', [table, positions], [{ name: 'axis', int: 0 }])]); // [B, L, D]
+  }
 
   // Who sees whom, once for every layer: causal (bottom-right over past + new keys) and padding.
   const S = r.kvCache ? g.op('Add', [g.dim(pastKV[0].key, 2), Ldim]) : Ldim;
@@ -347,8 +379,8 @@ function exportTransformer(g: GraphBuilder, m: TinyTransformer, r: Resolved): vo
       3,
       [{ name: 'axis', int: -1 }],
     );
-    const q = splitHeads(g, q3, H, E);
-    let k = splitHeads(g, k3, H, E);
+    const q = rotate(splitHeads(g, q3, H, E));
+    let k = rotate(splitHeads(g, k3, H, E));
     let v = splitHeads(g, v3, H, E);
     const present: [string, string] = [`present.${i}.key`, `present.${i}.value`];
     let heads: string;

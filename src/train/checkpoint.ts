@@ -8,7 +8,9 @@ import { checkVocabulary, formatFound, nonFiniteAt } from '../io/checks.js';
 import { decodeSafetensors, encodeSafetensors, SafetensorsError } from '../io/safetensors.js';
 import { transformerTensorCount } from '../model/params.js';
 import {
+  DEFAULT_ROPE_BASE,
   MAX_STORED_LEN,
+  POSITION_KINDS,
   TinyTransformer,
   type TransformerConfig,
   transformerParameterShapes,
@@ -92,7 +94,15 @@ const CONFIG_INTEGERS: [keyof TransformerConfig, number][] = [
   ['dFF', Number.MAX_SAFE_INTEGER],
   ['maxLen', MAX_STORED_LEN], // the positional table is allocated from it before any weight is read
 ];
-const CONFIG_FIELDS = [...CONFIG_INTEGERS.map(([k]) => k), 'causal', 'scaleScores', 'dropout', 'mlp'];
+const CONFIG_FIELDS = [
+  ...CONFIG_INTEGERS.map(([k]) => k),
+  'causal',
+  'scaleScores',
+  'dropout',
+  'mlp',
+  'positions',
+  'ropeBase',
+];
 
 /**
  * Checks every field of a stored config. Unknown fields are refused too: a field this version does not
@@ -130,6 +140,25 @@ function readConfig(json: string, fail: (message: string) => never): Transformer
   // Absent means blocks with an MLP (every file written before the option existed); false, attention only.
   if (o.mlp !== undefined && typeof o.mlp !== 'boolean')
     fail(`qkv.config field 'mlp' must be a boolean, found ${formatFound(o.mlp)}`);
+  // Absent means sinusoidal positions (every file written before the option existed). A kind this version
+  // does not know is refused: it would run the model with other positions than it was trained with.
+  if (o.positions !== undefined && !(POSITION_KINDS as readonly unknown[]).includes(o.positions))
+    fail(
+      `qkv.config field 'positions' must be ${POSITION_KINDS.map((k) => `'${k}'`).join(' or ')}, found ${formatFound(o.positions)}`,
+    );
+  if (
+    o.ropeBase !== undefined &&
+    !(typeof o.ropeBase === 'number' && Number.isFinite(o.ropeBase) && o.ropeBase > 0)
+  )
+    fail(`qkv.config field 'ropeBase' must be a positive finite number, found ${formatFound(o.ropeBase)}`);
+  if (o.ropeBase !== undefined && o.ropeBase !== DEFAULT_ROPE_BASE && o.positions !== 'rope')
+    fail(
+      `qkv.config field 'ropeBase' (${o.ropeBase}) needs positions: 'rope', found positions ${formatFound(o.positions ?? 'sinusoidal')}`,
+    );
+  if (o.positions === 'rope' && ((o.dModel as number) / (o.numHeads as number)) % 2 !== 0)
+    fail(
+      `qkv.config field 'positions' is 'rope', which needs an even head width, but dModel / numHeads = ${(o.dModel as number) / (o.numHeads as number)}`,
+    );
   return o as unknown as TransformerConfig;
 }
 

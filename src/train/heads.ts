@@ -63,6 +63,7 @@ export interface HeadScore {
 
 /** The names of the scores, in the table's column order. */
 export const SCORE_NAMES = ['previousToken', 'duplicateToken', 'induction', 'firstToken'] as const;
+/** One of {@link SCORE_NAMES}: a key of {@link HeadScore}. */
 export type ScoreName = (typeof SCORE_NAMES)[number];
 
 /** What headScores returns: a row per head, layer-major (layer 0 head 0, layer 0 head 1, …). */

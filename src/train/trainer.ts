@@ -1,7 +1,8 @@
 // Trainer: one object that owns a task, a TinyTransformer, AdamW and the schedule, and advances one step
 // per call. One decision to know: it never loops on its own and imports nothing from node, so the same
 // code runs under the CLI (which yields between steps for Ctrl-C and the progress bar) and in a Web Worker
-// (which posts each step's numbers and, now and then, attention maps to the page).
+// (which posts each step's numbers and, now and then, attention maps to the page). With `threads` > 1 a
+// step's batch is split over worker threads (parallel.ts), which a `platform` option starts.
 
 import { crossEntropy } from '../autograd/ops.js';
 import { AdamW, clipGradNorm, warmupCosine } from '../autograd/optim.js';
@@ -13,6 +14,7 @@ import { checkFinite, checkInteger, checkOptionNames, formatValue } from '../sha
 import { Tensor } from '../tensor.js';
 import { saveCheckpoint } from './checkpoint.js';
 import { inductionTask } from './induction.js';
+import { ParallelSteps, shardSeed, type TrainPlatform } from './parallel.js';
 import { pronounTask } from './pronoun.js';
 import { sequenceTask, type Task, type TaskDefaults } from './tasks.js';
 
@@ -42,6 +44,26 @@ export interface TrainerOptions {
   clip?: number;
   /** Model overrides on top of the task's model. */
   model?: Partial<TransformerConfig>;
+  /**
+   * Threads a step runs on (data parallel); default 1, the calling thread alone. With n > 1 each step's
+   * batch is split by rows into n shards: shard 0 runs on the calling thread, the others on worker
+   * threads (started on the first step, from `platform`) holding replicas of the model; their gradients
+   * are added before clipping and AdamW, which run here. With dropout 0 a run equals the one-thread run
+   * up to float32 rounding; with dropout each shard draws its masks from a generator of its own, so the
+   * run is as deterministic (by seed and threads) but not the one-thread run. `trainStep` stays
+   * synchronous; call `terminate()` when done (idle workers never keep Node alive anyway).
+   */
+  threads?: number;
+  /**
+   * How worker threads are made (needed when threads > 1): in Node, `nodeTrainPlatform` from the Node
+   * entry (`import { nodeTrainPlatform } from 'qkv'`).
+   */
+  platform?: TrainPlatform;
+  /**
+   * Milliseconds a step waits for a worker (or for it to start) before throwing, naming it; default
+   * 60 000, or 10× the calling thread's own shard if longer.
+   */
+  threadTimeout?: number;
 }
 
 /** What one training step reports. */
@@ -66,6 +88,9 @@ const TRAINER_OPTIONS = [
   'weightDecay',
   'clip',
   'model',
+  'threads',
+  'platform',
+  'threadTimeout',
 ];
 
 /**
@@ -125,7 +150,40 @@ function checkTrainerOptions(options: TrainerOptions) {
       `${fn}: the task's tokenizer has ${formatValue(task.tokenizer.vocabSize)} tokens but the model's vocabSize is ${formatValue(vocabSize)}`,
     );
   }
-  return { task, seed, steps, batchSize, lr, warmup, weightDecay, clip, model };
+  const { threads = 1, platform, threadTimeout = 60_000 } = options;
+  checkInteger(fn, 'threads', threads, 1);
+  checkFinite(fn, 'threadTimeout', threadTimeout, '> 0');
+  if (threads > 1) {
+    if (
+      platform === undefined ||
+      platform === null ||
+      typeof platform !== 'object' ||
+      typeof platform.startWorker !== 'function'
+    ) {
+      throw new TypeError(
+        `${fn}: threads: ${threads} needs a platform to start worker threads, got ${formatValue(platform)}; in Node pass platform: nodeTrainPlatform (import { nodeTrainPlatform } from 'qkv', the Node entry). Browsers have none yet: use threads: 1 there`,
+      );
+    }
+    const why =
+      typeof SharedArrayBuffer === 'undefined' || typeof Atomics === 'undefined'
+        ? 'SharedArrayBuffer and Atomics are unavailable'
+        : (platform.sharedMemoryUnavailable?.() ?? '');
+    if (why) throw new Error(`${fn}: threads: ${threads} cannot run here: ${why}`);
+  }
+  return {
+    task,
+    seed,
+    steps,
+    batchSize,
+    lr,
+    warmup,
+    weightDecay,
+    clip,
+    model,
+    threads,
+    platform,
+    threadTimeout,
+  };
 }
 
 /** The metadata key of a training state (Trainer.saveState). */
@@ -137,6 +195,8 @@ interface SavedState {
   losses: number[];
   data: [number, number, number, number, number | null];
   dropout: [number, number, number, number, number | null];
+  /** threads > 1: the dropout generators of shards 1 … threads − 1. */
+  dropoutShards?: [number, number, number, number, number | null][];
 }
 
 /** Trains a TinyTransformer on a task, one `trainStep()` at a time. */
@@ -148,16 +208,33 @@ export class Trainer {
   readonly batchSize: number;
   readonly clip: number;
   readonly seed: number;
+  /** Threads a step runs on (1: the calling thread only). */
+  readonly threads: number;
   /** Loss of every step taken so far. */
   readonly losses: number[] = [];
   private readonly schedule: (step: number) => number;
   private readonly data: Generator;
   private readonly dropoutGen: Generator;
   private readonly options: { lr: number; warmup: number; weightDecay: number };
+  /** threads > 1: the worker threads, and the dropout generators of shards 1 … threads − 1. */
+  private readonly parallel: ParallelSteps | undefined;
+  private readonly shardDropout: Generator[] = [];
 
   constructor(options: TrainerOptions) {
-    const { task, seed, steps, batchSize, lr, warmup, weightDecay, clip, model } =
-      checkTrainerOptions(options);
+    const {
+      task,
+      seed,
+      steps,
+      batchSize,
+      lr,
+      warmup,
+      weightDecay,
+      clip,
+      model,
+      threads,
+      platform,
+      threadTimeout,
+    } = checkTrainerOptions(options);
     this.task = task;
     this.seed = seed;
     this.steps = steps;
@@ -170,6 +247,11 @@ export class Trainer {
     // Separate streams: the model's initial weights do not depend on how much data was drawn.
     this.data = new Generator(this.seed + 0x51ed);
     this.dropoutGen = new Generator(this.seed + 0xd0);
+    this.threads = threads;
+    if (threads > 1 && platform) {
+      this.parallel = new ParallelSteps('Trainer.trainStep', platform, threads, threadTimeout, this.model);
+      for (let s = 1; s < threads; s++) this.shardDropout.push(new Generator(shardSeed(seed, s)));
+    }
   }
 
   /** Steps taken. */
@@ -183,6 +265,7 @@ export class Trainer {
 
   /** One step: a fresh batch, forward, backward, clip, AdamW at the scheduled learning rate. */
   trainStep(): StepInfo {
+    if (this.parallel) return this.#parallelStep(this.parallel);
     const batch = this.task.batch(this.data, this.batchSize, 'train');
     const { logits } = this.model.forward(batch.ids, batch.B, batch.L, {
       mask: batch.mask,
@@ -197,6 +280,46 @@ export class Trainer {
     this.optimizer.step(lr);
     this.losses.push(loss.data[0]);
     return { step: this.step, loss: loss.data[0], lr, gradNorm, tokens: batch.B * batch.L };
+  }
+
+  /**
+   * trainStep on `threads` threads: the same batch, its shards' gradients summed into the model's, then
+   * clipping and AdamW here. A failed step (a worker's error, or no progress within the timeout) throws
+   * and leaves the trainer as it was before the step, so it can be retried.
+   */
+  #parallelStep(parallel: ParallelSteps): StepInfo {
+    const data = this.data.getState();
+    const dropout = this.dropoutGen.getState();
+    let batch: ReturnType<Task['batch']>;
+    let loss: number;
+    try {
+      batch = this.task.batch(this.data, this.batchSize, 'train');
+      this.optimizer.zeroGrad();
+      loss = parallel.step(batch, [this.dropoutGen, ...this.shardDropout]);
+    } catch (err) {
+      this.data.setState(data);
+      this.dropoutGen.setState(dropout);
+      this.optimizer.zeroGrad();
+      throw err;
+    }
+    const gradNorm = clipGradNorm(this.model.parameters(), this.clip);
+    const lr = this.schedule(this.step);
+    this.optimizer.step(lr);
+    this.losses.push(loss);
+    return { step: this.step, loss, lr, gradNorm, tokens: batch.B * batch.L };
+  }
+
+  /** Worker threads alive now (0 with threads: 1, before the first step and after terminate()). */
+  get workers(): number {
+    return this.parallel?.workers ?? 0;
+  }
+
+  /**
+   * Stops the worker threads (threads > 1; nothing to do otherwise); resolves when they have exited. A
+   * later trainStep starts new ones and continues exactly as it would have.
+   */
+  terminate(): Promise<void> {
+    return this.parallel?.terminate() ?? Promise.resolve();
   }
 
   /**
@@ -251,6 +374,7 @@ export class Trainer {
       losses: this.losses,
       data: this.data.getState(),
       dropout: this.dropoutGen.getState(),
+      ...(this.threads > 1 ? { dropoutShards: this.shardDropout.map((g) => g.getState()) } : {}),
     };
     return encodeSafetensors(tensors, { ...extra, [STATE_KEY]: JSON.stringify(state) });
   }
@@ -290,6 +414,13 @@ export class Trainer {
     this.optimizer.loadState({ t: state.adamStep, m, v });
     this.data.setState(state.data);
     this.dropoutGen.setState(state.dropout);
+    // With dropout 0 (the only case the run key lets differ in threads) the shards' streams are unused.
+    const shards = state.dropoutShards;
+    if (Array.isArray(shards) && shards.length === this.shardDropout.length) {
+      shards.forEach((s, i) => {
+        this.shardDropout[i].setState(s);
+      });
+    }
     this.losses.length = 0;
     this.losses.push(...state.losses);
   }
@@ -305,6 +436,9 @@ export class Trainer {
       batchSize: this.batchSize,
       clip: this.clip,
       options: this.options,
+      // Threads change the run only through dropout's streams (one per shard); a one-thread run's key is
+      // the key it always was.
+      ...(this.threads > 1 && this.model.config.dropout > 0 ? { threads: this.threads } : {}),
     };
   }
 

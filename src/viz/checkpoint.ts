@@ -60,6 +60,14 @@ export function stackFromSafetensors(bytes: Uint8Array, name = 'checkpoint'): Ch
     if (c[key] !== undefined && typeof c[key] !== 'boolean')
       fail(`qkv.config field '${key}' must be a boolean, found ${formatFound(c[key])}`);
   }
+  // Positions decide what the blocks compute: a kind this version does not know is refused, not drawn
+  // as sinusoidal (absent: sinusoidal, every file written before the option existed).
+  const positions = c.positions ?? 'sinusoidal';
+  if (positions !== 'sinusoidal' && positions !== 'rope')
+    fail(`qkv.config field 'positions' must be 'sinusoidal' or 'rope', found ${formatFound(c.positions)}`);
+  const ropeBase = c.ropeBase ?? 10000;
+  if (!(typeof ropeBase === 'number' && Number.isFinite(ropeBase) && ropeBase > 0))
+    fail(`qkv.config field 'ropeBase' must be a positive finite number, found ${formatFound(c.ropeBase)}`);
   const tokenizer = tokenizerFromMetadata(metadata, fail);
   if (tokenizer === undefined)
     return fail(
@@ -82,6 +90,8 @@ export function stackFromSafetensors(bytes: Uint8Array, name = 'checkpoint'): Ch
   }
 
   const stack = stackFromStateDict(tensors, { heads, vocab });
+  if (positions === 'rope' && stack.dK % 2 !== 0)
+    fail(`qkv.config field 'positions' is 'rope', which needs an even d_k, but d_k is ${stack.dK}`);
   const layers = stack.layers.length;
   if (numLayers !== undefined && numLayers !== layers)
     fail(
@@ -95,9 +105,11 @@ export function stackFromSafetensors(bytes: Uint8Array, name = 'checkpoint'): Ch
   const step = stepText ? `, ${stepText} steps` : '';
   const kind = c.causal ? 'decoder' : 'encoder';
   const unscaled = c.scaleScores === false ? ', scores not scaled by 1/√d_k' : '';
+  const rotary = positions === 'rope' ? `, RoPE${ropeBase === 10000 ? '' : ` base ${ropeBase}`}` : '';
   return {
     ...stack,
-    description: `trained checkpoint ${name} (${task}${kind}, ${layers} layers × ${heads} heads, d_model ${stack.dModel}${step}${unscaled}; ${tokenizer.description})`,
+    ...(positions === 'rope' ? { positions, ropeBase: ropeBase as number } : {}),
+    description: `trained checkpoint ${name} (${task}${kind}, ${layers} layers × ${heads} heads, d_model ${stack.dModel}${rotary}${step}${unscaled}; ${tokenizer.description})`,
     tokenizer,
     vocab,
   };

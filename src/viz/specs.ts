@@ -6,6 +6,11 @@
 import type { HeatmapSpec } from './layout.js';
 import type { HeadSteps } from './trace.js';
 
+/**
+ * The step-through's matrices in order, by id (`qkv viz --matrix <id>`): embeddings and positions (layer 0
+ * only), the block input, the normed input, Q, K, V, the scores Q·Kᵀ, scaled, masked, the softmax
+ * weights, and the head's output.
+ */
 export const STEP_IDS = [
   'embeddings',
   'positions',
@@ -20,8 +25,10 @@ export const STEP_IDS = [
   'weights',
   'output',
 ] as const;
+/** One of {@link STEP_IDS}. */
 export type StepId = (typeof STEP_IDS)[number];
 
+/** One matrix of the step-through: its id, heading and note, and the heatmap that draws it. */
 export interface StepView {
   id: StepId;
   /** A short heading, e.g. "Q·Kᵀ". */
@@ -83,6 +90,17 @@ export function stepViews(steps: HeadSteps, tokens: readonly string[]): StepView
       ),
       matrix('input', 'X = E + PE', 'What the first layer reads.', steps.input.data, D),
     );
+  } else if (steps.layer === 0) {
+    // A RoPE model adds no positions to the embeddings: it rotates q and k by position instead.
+    views.push(
+      matrix(
+        'input',
+        'X = E',
+        'Token embeddings; positions enter as rotations of Q and K.',
+        steps.input.data,
+        D,
+      ),
+    );
   } else {
     views.push(
       matrix(
@@ -102,8 +120,24 @@ export function stepViews(steps: HeadSteps, tokens: readonly string[]): StepView
       steps.normed.data,
       D,
     ),
-    matrix('q', 'Q = LN(X)·W_Q', `Queries: what each token looks for (d_k = ${dK}).`, steps.q.data, dK),
-    matrix('k', 'K = LN(X)·W_K', 'Keys: what each token offers to be found by.', steps.k.data, dK),
+    steps.rope
+      ? matrix(
+          'q',
+          'Q = RoPE(LN(X)·W_Q)',
+          `Queries, each rotated by its position (d_k = ${dK}).`,
+          steps.q.data,
+          dK,
+        )
+      : matrix('q', 'Q = LN(X)·W_Q', `Queries: what each token looks for (d_k = ${dK}).`, steps.q.data, dK),
+    steps.rope
+      ? matrix(
+          'k',
+          'K = RoPE(LN(X)·W_K)',
+          'Keys, rotated by position: Q·Kᵀ sees only distances.',
+          steps.k.data,
+          dK,
+        )
+      : matrix('k', 'K = LN(X)·W_K', 'Keys: what each token offers to be found by.', steps.k.data, dK),
     matrix('v', 'V = LN(X)·W_V', `Values: what each token passes on (d_v = ${dV}).`, steps.v.data, dV),
     matrix('scores', 'Q·Kᵀ', 'Row i, column j: how well query i matches key j.', steps.scores.data, L),
     matrix(

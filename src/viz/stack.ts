@@ -1,4 +1,5 @@
-// The model the playground and `qkv viz` look inside: token embedding + sinusoidal positions, then N
+// The model the playground and `qkv viz` look inside: token embedding + sinusoidal positions (or, for a
+// checkpoint trained with positions: 'rope', no table and q, k rotated in every block), then N
 // pre-LayerNorm blocks (x += Attn(LN(x)); x += MLP(LN(x)), tanh-GELU MLP), the shape of qkv's
 // TinyTransformer. One decision to know: weights come from one boundary — `seededStack` (deterministic,
 // untrained) or `stackFromStateDict` (a checkpoint's tensors under PyTorch nn.TransformerEncoderLayer
@@ -41,10 +42,17 @@ export interface AttentionStack {
   description: string;
   /** Token embeddings [L, D] (already scaled, e.g. ×√D), without positions. */
   embed(tokens: readonly string[]): Tensor;
+  /**
+   * How positions enter: 'sinusoidal' (default: the table added to the embeddings) or 'rope' (nothing
+   * added; every block rotates q and k by position, base `ropeBase`, default 10000).
+   */
+  positions?: 'sinusoidal' | 'rope';
+  ropeBase?: number;
   /** The tokens `embed` knows, when it has a fixed vocabulary (a checkpoint); undefined = any token. */
   vocab?: readonly string[];
 }
 
+/** The shape and seed of {@link seededStack}'s untrained stack (what `qkv viz` draws without --model). */
 export interface SeededStackConfig {
   dModel: number;
   /** Query/key width per head (need not be dModel / heads). */

@@ -5,6 +5,8 @@
 // pre-softmax matrices (Q·Kᵀ, scaled, masked) are computed here, for the focused head.
 // Every head's weights are layers·H·L² floats (48 layers × 64 heads × 512² tokens: 3.2 GB), so a caller
 // that draws one head (qkv viz) asks for `focusOnly`: layers up to the focus, one layer's weights at a time.
+// A stack with positions: 'rope' adds no positional table (layer 0's input is the embeddings alone, and
+// there is no `positions` step); its q and k are shown after the rotation, as the scores are computed.
 
 import { linear } from '../kernels/matmul.js';
 import {
@@ -19,6 +21,7 @@ import { sinusoidalPositionalEncoding } from '../position/sinusoidal.js';
 import { Tensor } from '../tensor.js';
 import type { AttentionStack, StackLayer } from './stack.js';
 
+/** Options of {@link traceStack}: the mask, the scaling, the experiments, and the head to keep. */
 export interface TraceOptions {
   /** Query i sees keys j ≤ i. */
   causal?: boolean;
@@ -42,15 +45,22 @@ export interface TraceOptions {
 export interface HeadSteps {
   layer: number;
   head: number;
-  /** Layer 0 only: token embeddings and positional encodings [L, D]. */
+  /** Layer 0 only: token embeddings and (sinusoidal stacks only) positional encodings [L, D]. */
   embeddings?: Tensor;
   positions?: Tensor;
-  /** The residual stream entering the layer [L, D] (layer 0: embeddings + positions). */
+  /**
+   * Set for a RoPE stack (positions: 'rope'): no table was added, and q and k are shown after their
+   * rotation by position (what Q·Kᵀ is computed from), not as the projections wrote them.
+   */
+  rope?: { base: number };
+  /** The residual stream entering the layer [L, D] (layer 0: embeddings + positions, or embeddings with RoPE). */
   input: Tensor;
   /** LayerNorm(input) [L, D], what the projections see. */
   normed: Tensor;
-  q: Tensor; // [L, dK]
-  k: Tensor; // [L, dK]
+  /** [L, dK]: LN(X)·W_Q (+ b), rotated by position with RoPE. */
+  q: Tensor;
+  /** [L, dK]: LN(X)·W_K (+ b), rotated by position with RoPE. */
+  k: Tensor;
   v: Tensor; // [L, dV]
   scores: Tensor; // [L, L] Q·Kᵀ
   /** The factor the scores were multiplied by: 1/√d_k, or 1 with scaling off. */
@@ -63,6 +73,7 @@ export interface HeadSteps {
   article?: { query: number; weights: Float32Array; output: Float32Array };
 }
 
+/** {@link traceStack}'s result: the tokens, every layer's weights, and the focused head's steps. */
 export interface StackTrace {
   tokens: string[];
   /** Per layer, all heads' weights [H, L, L] (empty with `focusOnly`). */
@@ -133,6 +144,7 @@ export function traceStack(
     mask = Tensor.full([L, L], 1);
     mask.data.fill(0, blocked * L, (blocked + 1) * L);
   }
+  const rope = stack.positions === 'rope' ? { base: stack.ropeBase ?? 10000 } : undefined;
   const attention: BlockAttentionOptions = {
     numHeads: H,
     causal,
@@ -140,11 +152,13 @@ export function traceStack(
     ...(mask ? { mask } : {}),
     needWeights: true,
     caller: fn,
+    ...(rope ? { rope: { base: rope.base, offset: 0 } } : {}),
   };
 
   const embeddings = stack.embed(tokens);
-  const positions = sinusoidalPositionalEncoding(L, stack.dModel);
-  let x = tensorOps.add(embeddings, positions).reshape([1, L, stack.dModel]); // [1, L, D]
+  // RoPE: nothing is added (the blocks rotate q and k); otherwise the sinusoidal table.
+  const positions = rope ? undefined : sinusoidalPositionalEncoding(L, stack.dModel);
+  let x = (positions ? tensorOps.add(embeddings, positions) : embeddings).reshape([1, L, stack.dModel]); // [1, L, D]
   const weights: Tensor[] = [];
   let steps: HeadSteps | undefined;
 
@@ -187,7 +201,8 @@ export function traceStack(
       const result: HeadSteps = {
         layer: layerIndex,
         head,
-        ...(layerIndex === 0 ? { embeddings, positions } : {}),
+        ...(layerIndex === 0 ? { embeddings, ...(positions ? { positions } : {}) } : {}),
+        ...(rope ? { rope } : {}),
         input: input.reshape([L, D]),
         normed: seen.normed!.reshape([L, D]),
         q: qh,
