@@ -88,12 +88,15 @@ export function reset(m: usize, l: usize, acc: usize, rowsPad: i32, EvPad: i32):
  * each group of 4 rows also clips its columns to the band, so causal and windowed calls skip the
  * masked part of a chunk instead of computing and discarding it. left/right < 2^30 (2^30 = unbounded).
  * mask/bias: pointers to element (i0, j0) of the (b, h) slice, with element strides sl (rows), ss (cols).
+ * flex: 0, or a flex descriptor (see flexRow): a mask program tested per key and/or a score program
+ * applied to every score of this call, after the band, mask and bias.
  */
 export function attend(
   q: usize, kt: usize, v: usize, tile: usize, m: usize, l: usize, acc: usize,
   rows: i32, cols: i32, E: i32, ldk: i32, EvPad: i32,
   i0: i32, j0: i32, shift: i32, left: i32, right: i32, band: i32,
   mask: usize, maskSl: i32, maskSs: i32, bias: usize, biasSl: i32, biasSs: i32, vNonFinite: i32,
+  flex: usize,
 ): void {
   if (cols > TILE_COLS) unreachable();
   const rowsPad = (rows + 3) & ~3;
@@ -101,7 +104,7 @@ export function attend(
   const ldkBytes = <usize>ldk << 2;
   // "Clean" calls (no band rule, mask or bias, no padding columns) cannot produce −∞ scores in real
   // rows: pass 1 then also keeps each row's max, and pass 3 skips both its max loop and the −∞ test.
-  const clean = band == 0 && mask == 0 && bias == 0 && cols == colsPad;
+  const clean = band == 0 && mask == 0 && bias == 0 && flex == 0 && cols == colsPad;
   const ninf = f32x4.splat(NEG_INF);
   for (let r0 = 0; r0 < rowsPad; r0 += 4) {
     let rmax0 = ninf, rmax1 = ninf, rmax2 = ninf, rmax3 = ninf; // per-row max of pass 1 (clean calls)
@@ -162,9 +165,17 @@ export function attend(
         continue;
       }
       for (let c = max(cols, cStart); c < cEnd; c++) store<f32>(t + (<usize>c << 2), NEG_INF);
-      if (band == 0 && mask == 0 && bias == 0) continue;
+      if (band == 0 && mask == 0 && bias == 0 && flex == 0) continue;
       const pos = i0 + row + shift;
       const last = min(cols, cEnd);
+      // The columns the band lets this row see (relative to j0; every column when band = 0).
+      const bandLo = band != 0 ? pos - left - j0 : 0;
+      const bandHi = band != 0 ? pos + right - j0 : last;
+      if (mask == 0 && bias == 0 && flex != 0) {
+        // Flex without a mask or bias: −∞ scores are overflows of visible keys (flexRow clamps them).
+        flexRow(t, cStart, cEnd, last, i0 + row, j0, bandLo, bandHi, flex, 1);
+        continue;
+      }
       if (mask == 0 && bias == 0) {
         // Band only: block the few columns of the group's range that fall outside this row's band.
         const lo = min(max(pos - left - j0, cStart), last);
@@ -197,6 +208,8 @@ export function attend(
         }
         store<f32>(tp, s);
       }
+      // With a mask or bias too, −∞ now means blocked (overflows were clamped above).
+      if (flex != 0) flexRow(t, cStart, cEnd, last, i0 + row, j0, bandLo, bandHi, flex, 0);
     }
 
     // Pass 3: online softmax per row: new max, rescale l and acc, p = exp(s − m) (0 where blocked).
@@ -298,6 +311,255 @@ export function attend(
       v128.store(a0p + 3 * evBytes, a30); v128.store(a0p + 3 * evBytes, a31, 16);
     }
   }
+}
+
+// Flex attention (src/kernels/flex.ts): a mask program (postfix, [op, a, b] int32 triplets) and a score
+// program ([op, a, b, c] quads) evaluated here, from data, so no JS runs per score. Opcodes:
+const M_TRUE = 0; // push true
+const M_DIFF = 1; // push a ≤ q − kv ≤ b (±UNBOUNDED: no bound)
+const M_KV_BELOW = 2; // push kv < a
+const M_SAME_DOC = 3; // push ints[a + q] == ints[a + kv]
+const M_AND = 4;
+const M_OR = 5;
+const S_ALIBI = 1; // s += floats[a + h]·(kv − q)
+const S_SOFTCAP = 2; // s = cap·tanh(s / cap), cap = floats[a]
+const S_REL_BIAS = 3; // s += floats[a + hh·(2b + 1) + b + clamp(kv − q, −b, b)], hh = c > 1 ? h : 0
+const UNBOUNDED: i32 = 1 << 30;
+const LN2: f32 = 0.6931471805599453;
+
+/**
+ * Applies the flex rule to one row of scores (log2 units) at t, columns [cStart, cEnd) (8-aligned;
+ * columns ≥ last are padding, always blocked), for absolute query i and keys j0 + c. Keys outside
+ * [bandLo, bandHi] (columns) are blocked, then the mask program's, then the score program rewrites the
+ * score (in natural units, converted here). clampInf = 1: −∞ scores are overflows of visible keys (→ the
+ * lowest float, so finish flags their row); 0: −∞ means blocked already (by a mask or a −∞ bias).
+ * The descriptor at `flex` (i32): prog, nProg, ints, stack, sprog, nSprog, floats, h — programs and their
+ * data as byte pointers and instruction counts, `stack` a scratch of (program depth) rows of TILE_LD
+ * i32, h the query head.
+ */
+@inline(never)
+function flexRow(
+  t: usize, cStart: i32, cEnd: i32, last: i32, i: i32, j0: i32, bandLo: i32, bandHi: i32,
+  flex: usize, clampInf: i32,
+): void {
+  const prog = <usize>load<i32>(flex);
+  const nProg = load<i32>(flex, 4);
+  const ints = <usize>load<i32>(flex, 8);
+  const stack = <usize>load<i32>(flex, 12);
+  const sprog = <usize>load<i32>(flex, 16);
+  const nSprog = load<i32>(flex, 20);
+  const floats = <usize>load<i32>(flex, 24);
+  const h = load<i32>(flex, 28);
+  const iota = i32x4(0, 1, 2, 3);
+  const ones = i32x4.splat(-1);
+  const ninf = f32x4.splat(NEG_INF);
+  const lowest = f32x4.splat(-MAX_F32);
+
+  // The mask program, row-wise: each instruction writes or combines whole rows of lane masks (−1 = yes).
+  let sp = 0;
+  for (let x = 0; x < nProg; x++) {
+    const ip = prog + <usize>(x * 12);
+    const op = load<i32>(ip);
+    const a = load<i32>(ip, 4);
+    const b = load<i32>(ip, 8);
+    if (op == M_AND || op == M_OR) {
+      sp--;
+      const y = stack + <usize>sp * TILE_BYTES;
+      const z = y - TILE_BYTES;
+      for (let c = cStart; c < cEnd; c += 4) {
+        const o = <usize>c << 2;
+        const u = v128.load(z + o);
+        const w = v128.load(y + o);
+        v128.store(z + o, op == M_AND ? v128.and(u, w) : v128.or(u, w));
+      }
+      continue;
+    }
+    const d = stack + <usize>sp * TILE_BYTES;
+    sp++;
+    if (op == M_DIFF) {
+      // a ≤ i − j ≤ b ⇔ i − b ≤ j ≤ i − a: columns [i − b − j0, i − a − j0]
+      const lo = i32x4.splat(b >= UNBOUNDED ? i32.MIN_VALUE : i - b - j0);
+      const hi = i32x4.splat(a <= -UNBOUNDED ? i32.MAX_VALUE : i - a - j0);
+      for (let c = cStart; c < cEnd; c += 4) {
+        const cv = i32x4.add(i32x4.splat(c), iota);
+        v128.store(d + (<usize>c << 2), v128.and(i32x4.ge_s(cv, lo), i32x4.le_s(cv, hi)));
+      }
+    } else if (op == M_KV_BELOW) {
+      const lim = i32x4.splat(a - j0);
+      for (let c = cStart; c < cEnd; c += 4) {
+        v128.store(d + (<usize>c << 2), i32x4.lt_s(i32x4.add(i32x4.splat(c), iota), lim));
+      }
+    } else if (op == M_SAME_DOC) {
+      // (the caller pads the ids, so the padding columns' loads stay inside its copy)
+      const di = i32x4.splat(load<i32>(ints + (<usize>(a + i) << 2)));
+      const ids = ints + (<usize>(a + j0) << 2);
+      for (let c = cStart; c < cEnd; c += 4) {
+        v128.store(d + (<usize>c << 2), i32x4.eq(v128.load(ids + (<usize>c << 2)), di));
+      }
+    } else {
+      // M_TRUE (the driver refuses other opcodes)
+      for (let c = cStart; c < cEnd; c += 4) v128.store(d + (<usize>c << 2), ones);
+    }
+  }
+
+  // Visibility of each column (program ∧ band ∧ not padding ∧ not blocked already) into stack row
+  // `vis`; −∞ scores of visible keys clamped when they are overflows.
+  const vis = nProg > 0 ? stack + <usize>(sp - 1) * TILE_BYTES : stack;
+  const vLast = i32x4.splat(last);
+  const vLo = i32x4.splat(bandLo);
+  const vHi = i32x4.splat(bandHi);
+  if (nSprog == 1) {
+    // One score instruction (every built-in score mod): visibility, clamp, score and select in one pass.
+    const op = load<i32>(sprog);
+    const a = load<i32>(sprog, 4);
+    const b = load<i32>(sprog, 8);
+    const cc = load<i32>(sprog, 12);
+    if (op == S_ALIBI) {
+      const slope = f32x4.splat(load<f32>(floats + (<usize>(a + h) << 2)) * LOG2E);
+      const base = i32x4.splat(j0 - i);
+      for (let c = cStart; c < cEnd; c += 4) {
+        const o = t + (<usize>c << 2);
+        const cv = i32x4.add(i32x4.splat(c), iota);
+        let k = v128.and(i32x4.lt_s(cv, vLast), v128.and(i32x4.ge_s(cv, vLo), i32x4.le_s(cv, vHi)));
+        if (nProg > 0) k = v128.and(k, v128.load(vis + (<usize>c << 2)));
+        let s = v128.load(o);
+        const isInf = f32x4.eq(s, ninf);
+        if (clampInf != 0) s = v128.bitselect(lowest, s, isInf);
+        else k = v128.andnot(k, isInf);
+        s = madd(slope, f32x4.convert_i32x4_s(i32x4.add(base, cv)), s);
+        s = v128.bitselect(lowest, s, f32x4.eq(s, ninf));
+        v128.store(o, v128.bitselect(s, ninf, k));
+      }
+      return;
+    }
+    if (op == S_SOFTCAP) {
+      const cap = load<f32>(floats + (<usize>a << 2));
+      const toX = f32x4.splat(LN2 / cap);
+      const back = f32x4.splat(cap * LOG2E);
+      const m2 = f32x4.splat(<f32>-2 * LOG2E);
+      const one = f32x4.splat(1);
+      const sign = i32x4.splat(i32.MIN_VALUE);
+      for (let c = cStart; c < cEnd; c += 4) {
+        const o = t + (<usize>c << 2);
+        const cv = i32x4.add(i32x4.splat(c), iota);
+        let k = v128.and(i32x4.lt_s(cv, vLast), v128.and(i32x4.ge_s(cv, vLo), i32x4.le_s(cv, vHi)));
+        if (nProg > 0) k = v128.and(k, v128.load(vis + (<usize>c << 2)));
+        let s = v128.load(o);
+        const isInf = f32x4.eq(s, ninf);
+        if (clampInf != 0) s = v128.bitselect(lowest, s, isInf);
+        else k = v128.andnot(k, isInf);
+        const xs = f32x4.mul(s, toX);
+        const e = exp2x4(f32x4.mul(f32x4.abs(xs), m2));
+        const th = f32x4.div(f32x4.sub(one, e), f32x4.add(one, e));
+        s = f32x4.mul(v128.or(th, v128.and(xs, sign)), back);
+        v128.store(o, v128.bitselect(s, ninf, k));
+      }
+      return;
+    }
+    if (op == S_REL_BIAS) {
+      const row = floats + (<usize>(a + (cc > 1 ? h : 0) * (2 * b + 1) + b) << 2);
+      const l2e = f32x4.splat(LOG2E);
+      const first = load<f32>(row - (<usize>b << 2));
+      const lastEntry = load<f32>(row + (<usize>b << 2));
+      for (let c = cStart; c < cEnd; c += 4) {
+        const o = t + (<usize>c << 2);
+        const cv = i32x4.add(i32x4.splat(c), iota);
+        let k = v128.and(i32x4.lt_s(cv, vLast), v128.and(i32x4.ge_s(cv, vLo), i32x4.le_s(cv, vHi)));
+        if (nProg > 0) k = v128.and(k, v128.load(vis + (<usize>c << 2)));
+        let s = v128.load(o);
+        const isInf = f32x4.eq(s, ninf);
+        if (clampInf != 0) s = v128.bitselect(lowest, s, isInf);
+        else k = v128.andnot(k, isInf);
+        const bv = relBias(row, j0 + c - i, b, first, lastEntry);
+        s = madd(bv, l2e, s);
+        s = v128.bitselect(lowest, s, v128.andnot(f32x4.eq(s, ninf), f32x4.eq(bv, ninf)));
+        v128.store(o, v128.bitselect(s, ninf, k));
+      }
+      return;
+    }
+  }
+  for (let c = cStart; c < cEnd; c += 4) {
+    const o = <usize>c << 2;
+    const cv = i32x4.add(i32x4.splat(c), iota);
+    let k = v128.and(i32x4.lt_s(cv, vLast), v128.and(i32x4.ge_s(cv, vLo), i32x4.le_s(cv, vHi)));
+    if (nProg > 0) k = v128.and(k, v128.load(vis + o));
+    const s = v128.load(t + o);
+    const isInf = f32x4.eq(s, ninf);
+    if (clampInf != 0) v128.store(t + o, v128.bitselect(lowest, s, isInf));
+    else k = v128.andnot(k, isInf);
+    if (nSprog == 0) v128.store(t + o, v128.bitselect(v128.load(t + o), ninf, k));
+    else v128.store(vis + o, k);
+  }
+  if (nSprog == 0) return;
+
+  // The score program, instruction by instruction over the row (visible or not: blocked ones are
+  // reset to −∞ below). Additive terms are scaled by log2 e; a finite term that overflows float32
+  // stays finite (the lowest float: finish flags the row), a −∞ term blocks.
+  for (let x = 0; x < nSprog; x++) {
+    const ip = sprog + <usize>(x * 16);
+    const op = load<i32>(ip);
+    const a = load<i32>(ip, 4);
+    const b = load<i32>(ip, 8);
+    const cc = load<i32>(ip, 12);
+    if (op == S_ALIBI) {
+      const slope = f32x4.splat(load<f32>(floats + (<usize>(a + h) << 2)) * LOG2E);
+      const base = i32x4.splat(j0 - i);
+      for (let c = cStart; c < cEnd; c += 4) {
+        const o = t + (<usize>c << 2);
+        const dist = f32x4.convert_i32x4_s(i32x4.add(base, i32x4.add(i32x4.splat(c), iota)));
+        const s = madd(slope, dist, v128.load(o));
+        v128.store(o, v128.bitselect(lowest, s, f32x4.eq(s, ninf)));
+      }
+    } else if (op == S_SOFTCAP) {
+      // cap·tanh(s_nat / cap) with tanh|x| = (1 − e)/(1 + e), e = 2^(−2|x|·log2 e) ≤ 1.
+      const cap = load<f32>(floats + (<usize>a << 2));
+      const toX = f32x4.splat(LN2 / cap);
+      const back = f32x4.splat(cap * LOG2E);
+      const m2 = f32x4.splat(<f32>-2 * LOG2E);
+      const one = f32x4.splat(1);
+      const sign = i32x4.splat(i32.MIN_VALUE);
+      for (let c = cStart; c < cEnd; c += 4) {
+        const o = t + (<usize>c << 2);
+        const xs = f32x4.mul(v128.load(o), toX);
+        const e = exp2x4(f32x4.mul(f32x4.abs(xs), m2));
+        const th = f32x4.div(f32x4.sub(one, e), f32x4.add(one, e));
+        v128.store(o, f32x4.mul(v128.or(th, v128.and(xs, sign)), back));
+      }
+    } else {
+      // S_REL_BIAS: row hh of the table, entry R + clamp(kv − q, −R, R), R = b
+      const row = floats + (<usize>(a + (cc > 1 ? h : 0) * (2 * b + 1) + b) << 2);
+      const l2e = f32x4.splat(LOG2E);
+      const first = load<f32>(row - (<usize>b << 2));
+      const lastEntry = load<f32>(row + (<usize>b << 2));
+      for (let c = cStart; c < cEnd; c += 4) {
+        const o = t + (<usize>c << 2);
+        const bv = relBias(row, j0 + c - i, b, first, lastEntry);
+        const s = madd(bv, l2e, v128.load(o));
+        v128.store(o, v128.bitselect(lowest, s, v128.andnot(f32x4.eq(s, ninf), f32x4.eq(bv, ninf))));
+      }
+    }
+  }
+  for (let c = cStart; c < cEnd; c += 4) {
+    const o = <usize>c << 2;
+    v128.store(t + o, v128.bitselect(v128.load(t + o), ninf, v128.load(vis + o)));
+  }
+}
+
+/**
+ * Relative-bias entries for distances d0 … d0 + 3 (kv − q) from a table row centred at `row` (entry 0 at
+ * distance 0, R = b each way; farther distances use the end entries `first` and `lastEntry`).
+ */
+@inline
+function relBias(row: usize, d0: i32, b: i32, first: f32, lastEntry: f32): v128 {
+  if (d0 >= -b && d0 + 3 <= b) return v128.load(row + <usize>(d0 << 2));
+  if (d0 >= b) return f32x4.splat(lastEntry);
+  if (d0 + 3 <= -b) return f32x4.splat(first);
+  let bv = f32x4.splat(0);
+  bv = f32x4.replace_lane(bv, 0, load<f32>(row + <usize>(min(max(d0, -b), b) << 2)));
+  bv = f32x4.replace_lane(bv, 1, load<f32>(row + <usize>(min(max(d0 + 1, -b), b) << 2)));
+  bv = f32x4.replace_lane(bv, 2, load<f32>(row + <usize>(min(max(d0 + 2, -b), b) << 2)));
+  bv = f32x4.replace_lane(bv, 3, load<f32>(row + <usize>(min(max(d0 + 3, -b), b) << 2)));
+  return bv;
 }
 
 /**

@@ -1,9 +1,10 @@
-// `npm run bench`: four tables, each row in a fresh child process. The attention grid: qkv's kernels
+// `npm run bench`: five tables, each row in a fresh child process. The attention grid: qkv's kernels
 // against the article's code, tfjs-wasm and ONNX Runtime on the sizes of issue 3 (results.json). P2:
 // MultiHeadAttention forward against PyTorch's ONNX export in onnxruntime-web and tfjs-wasm
 // (results-p2.json). T1: a training step of a 2-layer decoder against tfjs (results-t1.json). G1:
 // generation — KV cache vs none, time per token vs position, a decode step against onnxruntime-web's
-// Attention op, paged-cache blocks (results-g1.json).
+// Attention op, paged-cache blocks (results-g1.json). F1: flexAttention — document masking against a
+// dense mask, causalMask against causal sdpa, a JS scoreMod against the built-in (results-f1.json).
 // One decision to know: rows run one at a time (never in parallel) so that they do not compete for the
 // two cores; a grid row estimated to take over 30 s per run is skipped and says so.
 // Flags: --table <names>, --quick, --only <substring> (repeatable), --readme, --readme-only.
@@ -15,6 +16,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { makeInputs } from './check.js';
 import type { ChildResult } from './child.js';
+import { f1Table, f1TargetsTable } from './f1.js';
 import { G1_DECODE, G1_MODEL, g1Table, g1TargetsTable } from './g1.js';
 import {
   CONFIGS,
@@ -45,7 +47,7 @@ import {
 } from './results.js';
 import { runChild } from './spawn.js';
 import { t1Table, t1TargetsTable } from './t1.js';
-import { runG1, runP2, runT1, TABLE_NAMES, type TableContext, type TableName } from './tables.js';
+import { runF1, runG1, runP2, runT1, TABLE_NAMES, type TableContext, type TableName } from './tables.js';
 import { updateReadme } from './update-readme.js';
 
 const BENCH_DIR = dirname(dirname(fileURLToPath(import.meta.url))); // bench/ (this file runs from bench/dist)
@@ -59,14 +61,15 @@ const FULL_REFERENCE_UP_TO = 2.2e9; // FLOPs; above this, check sampled rows in 
 const USAGE = `usage: npm run bench -- [options]
   --table <names>      only these tables, comma-separated or repeated: attention (the kernel grid and the
                        memory targets), p2 (MultiHeadAttention forward), t1 (training step), g1
-                       (generation); default all
+                       (generation), f1 (flex attention); default all
   --quick              the smallest size only, fewer runs and steps, no memory-target rows (a smoke run)
-  --only <substring>   rows whose "implementation config" (grid), "P2 implementation", "T1 implementation"
-                       or "G1 row" contains it, e.g. --only "ort" --only "(1,8,1024" (repeatable; a partial
-                       run writes bench/results.partial.json)
+  --only <substring>   rows whose "implementation config" (grid), "P2 implementation", "T1 implementation",
+                       "G1 row" or "F1 row" contains it, e.g. --only "ort" --only "(1,8,1024" (repeatable;
+                       a partial run writes bench/results.partial.json)
   --readme             after the run, rewrite the sections of docs/benchmarks.md whose tables ran in full
   --readme-only        only rewrite docs/benchmarks.md from bench/results.json, results-p2.json,
-                       results-t1.json, results-g1.json (with --table, only those sections)`;
+                       results-t1.json, results-g1.json, results-f1.json (with --table, only those
+                       sections)`;
 
 interface Args {
   tables: TableName[];
@@ -259,6 +262,7 @@ async function main(): Promise<void> {
     p2: join(BENCH_DIR, 'results-p2.json'),
     t1: join(BENCH_DIR, 'results-t1.json'),
     g1: join(BENCH_DIR, 'results-g1.json'),
+    f1: join(BENCH_DIR, 'results-f1.json'),
   };
   if (args.readmeOnly) {
     updateReadme(files, docs, args.tables.length ? [...new Set(args.tables)] : TABLE_NAMES);
@@ -312,10 +316,19 @@ async function main(): Promise<void> {
     if (rows.length) console.log(`\n${g1Table(rows, true)}\n\n${g1TargetsTable(rows)}\n`);
   }
 
+  if (tables.includes('f1')) {
+    console.log(
+      `F1: flex attention${args.quick ? ' (--quick: small sizes)' : ''}; each row checked against float64, then timed`,
+    );
+    const rows = await runF1(tableContext);
+    results.f1 = rows;
+    if (rows.length) console.log(`\n${f1Table(rows, true)}\n\n${f1TargetsTable(rows)}\n`);
+  }
+
   const header = { machine: info, commit: measured, partial };
   if (partial) {
     const file = join(BENCH_DIR, 'results.partial.json');
-    const tablesRun = { p2: results.p2, t1: results.t1, g1: results.g1 };
+    const tablesRun = { p2: results.p2, t1: results.t1, g1: results.g1, f1: results.f1 };
     writeFileSync(file, toJson({ ...header, rows: results.attention ?? [], ...tablesRun }));
     console.log(`wrote ${file}`);
     if (args.readme)

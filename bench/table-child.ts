@@ -1,11 +1,14 @@
-// One P2, T1 or G1 row in its own process. P2: load the exported layer, prepare the implementation, run it
-// once and check the output, then time it. T1: run warm-up steps, then timed training steps, recording each
-// step's loss and the process RSS after it, then check the losses. G1: g1-rows.ts (check, then time). Reports to the parent over IPC as
-// child.ts does (peak RSS every half second, then the result).
+// One P2, T1, G1 or F1 row in its own process. P2: load the exported layer, prepare the implementation,
+// run it once and check the output, then time it. T1: run warm-up steps, then timed training steps,
+// recording each step's loss and the process RSS after it, then check the losses. G1: g1-rows.ts, F1:
+// f1-rows.ts (check, then time). Reports to the parent over IPC as child.ts does (peak RSS every half
+// second, then the result).
 // One decision to know: a P2 output that fails the check is never timed, and a T1 row whose losses fail
 // the check reports no times, so a wrong implementation never shows a speed.
 
 import type { ChildResult } from './child.js';
+import type { F1Values } from './f1.js';
+import type { F1Job } from './f1-rows.js';
 import type { G1Values } from './g1.js';
 import type { G1Job } from './g1-rows.js';
 import type { P2Impl } from './p2.js';
@@ -33,7 +36,8 @@ export type TableJob =
       maxSteps: number;
       budgetMs: number;
     }
-  | G1Job;
+  | G1Job
+  | F1Job;
 
 export interface TableResult extends Omit<ChildResult, 'status'> {
   /** 'skipped': a T1 row whose first step alone shows it cannot finish in about a minute. */
@@ -46,6 +50,8 @@ export interface TableResult extends Omit<ChildResult, 'status'> {
   rssMB?: number[];
   /** G1: the row's figures besides its times. */
   values?: G1Values;
+  /** F1: the row's figures besides its times. */
+  f1Values?: F1Values;
 }
 
 /** A T1 step slower than this gets one warm-up step fewer (keeps the slowest row near a minute). */
@@ -173,9 +179,22 @@ async function measureG1(job: G1Job): Promise<TableResult> {
   return { ...outcome, peakRssMB: peakRssMB() };
 }
 
+async function measureF1(job: F1Job): Promise<TableResult> {
+  const { values, ...outcome } = await (await import('./f1-rows.js')).measureF1(job);
+  return { ...outcome, f1Values: values, peakRssMB: peakRssMB() };
+}
+
 const job = JSON.parse(process.argv[2] ?? '{}') as TableJob;
 setInterval(() => send({ type: 'rss', peakRssMB: peakRssMB() }), 500).unref();
-(job.table === 'p2' ? measureP2(job) : job.table === 't1' ? measureT1(job) : measureG1(job)).then(
+const measured =
+  job.table === 'p2'
+    ? measureP2(job)
+    : job.table === 't1'
+      ? measureT1(job)
+      : job.table === 'g1'
+        ? measureG1(job)
+        : measureF1(job);
+measured.then(
   (result) => send({ type: 'result', result }, () => process.exit(0)),
   (error) => {
     console.error(error);

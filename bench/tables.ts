@@ -1,9 +1,23 @@
-// The P2, T1 and G1 tables of `npm run bench`: which rows run, each in its own process (table-child.js), and
-// the rows they become. One decision to know: rows run one at a time, as the attention grid's do, and a
-// row's status (unavailable, not installed, wrong, timeout) is a row of the table, never a crash of the run.
+// The P2, T1, G1 and F1 tables of `npm run bench`: which rows run, each in its own process
+// (table-child.js), and the rows they become. One decision to know: rows run one at a time, as the attention
+// grid's do, and a row's status (unavailable, not installed, wrong, timeout) is a row of the table, never a
+// crash of the run.
 
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
+import {
+  F1_IMPLS,
+  F1_RUNS,
+  F1_SHAPES,
+  type F1Impl,
+  type F1Row,
+  f1Group,
+  f1Name,
+  f1Summary,
+  finishF1Rows,
+  shapeLabel,
+} from './f1.js';
+import type { F1Job } from './f1-rows.js';
 import { finishG1Rows, G1_IMPLS, type G1Impl, type G1Row, g1Name, g1Summary } from './g1.js';
 import type { G1Job } from './g1-rows.js';
 import { RELAXED_SIMD_FLAG } from './jobs.js';
@@ -12,8 +26,8 @@ import { runChild } from './spawn.js';
 import { finishT1Rows, T1_IMPLS, type T1Row, t1Name } from './t1.js';
 import type { TableJob, TableResult } from './table-child.js';
 
-export type TableName = 'attention' | 'p2' | 't1' | 'g1';
-export const TABLE_NAMES: TableName[] = ['attention', 'p2', 't1', 'g1'];
+export type TableName = 'attention' | 'p2' | 't1' | 'g1' | 'f1';
+export const TABLE_NAMES: TableName[] = ['attention', 'p2', 't1', 'g1', 'f1'];
 
 export interface TableContext {
   /** bench/ (this file runs from bench/dist). */
@@ -36,6 +50,12 @@ const T1_TIMEOUT_MS = 180_000;
  * run + up to 3 timed); the others take seconds.
  */
 const G1_TIMEOUT_MS = 300_000;
+
+/**
+ * An F1 row's time limit: the slowest rows (flex on the JS kernel at 8192, sdpa with the dense 8192² mask)
+ * take 5–25 s a run on the 2-core machine: a check run, then at least 3 timed runs, ~2 min.
+ */
+const F1_TIMEOUT_MS = 600_000;
 
 const script = (ctx: TableContext) => join(ctx.benchDir, 'dist', 'table-child.js');
 
@@ -158,5 +178,44 @@ export async function runG1(ctx: TableContext): Promise<G1Row[]> {
     rows.push(row);
   }
   finishG1Rows(rows);
+  return rows;
+}
+
+/** F1's job per row: its shape and runs (F1_RUNS; smaller with --quick). */
+function f1Job(impl: F1Impl, quick: boolean): F1Job {
+  const size = quick ? 'quick' : 'full';
+  return { table: 'f1', impl, shape: F1_SHAPES[size][f1Group(impl)], ...F1_RUNS[size] };
+}
+
+/** Runs the F1 rows (those `selected` keeps). */
+export async function runF1(ctx: TableContext): Promise<F1Row[]> {
+  const rows: F1Row[] = [];
+  const impls = F1_IMPLS.filter((impl) => ctx.selected(`F1 ${f1Name(impl)}`));
+  for (const impl of impls) {
+    const job = f1Job(impl, ctx.quick);
+    const row: F1Row = {
+      implementation: f1Name(impl),
+      impl,
+      shape: job.shape,
+      status: 'ok',
+      timesMs: [],
+      values: {},
+    };
+    row.loadAverage1m = loadavg()[0];
+    const result = await runChild<TableResult>(script(ctx), job, [], F1_TIMEOUT_MS);
+    Object.assign(row, {
+      status: statusOf(result),
+      message: result.message,
+      timesMs: result.timesMs,
+      peakRssMB: result.peakRssMB,
+      maxAbsError: result.maxAbsError,
+      checkedAgainst: result.checkedAgainst,
+      values: result.f1Values ?? {},
+    });
+    finishF1Rows([row]);
+    ctx.log(`  F1 ${row.implementation} ${shapeLabel(row.shape)}  ${f1Summary(row)}`);
+    rows.push(row);
+  }
+  finishF1Rows(rows);
   return rows;
 }

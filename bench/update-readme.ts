@@ -1,10 +1,23 @@
 // Rewrites docs/benchmarks.md's sections from the results files: the attention grid (between the
 // bench:start and bench:end markers, from bench/results.json), P2 (bench:p2:start/end, results-p2.json),
-// T1 (bench:t1:start/end, results-t1.json) and G1 (bench:g1:start/end, results-g1.json): each its
-// method, machine line, targets and table.
+// T1 (bench:t1:start/end, results-t1.json), G1 (bench:g1:start/end, results-g1.json) and F1
+// (bench:f1:start/end, results-f1.json): each its method, machine line, targets and table.
 // One decision to know: when a section's markers are missing, the section is appended to the page.
 
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import {
+  F1_BLOCK,
+  F1_CHECK,
+  F1_RUNS,
+  F1_SHAPES,
+  F1_TARGETS,
+  type F1Group,
+  type F1Row,
+  f1Checks,
+  f1Table,
+  f1TargetsTable,
+  shapeLabel,
+} from './f1.js';
 import {
   G1_DECODE,
   G1_EARLY,
@@ -39,9 +52,10 @@ const MARKERS: Record<TableName, [string, string]> = {
   p2: ['<!-- bench:p2:start -->', '<!-- bench:p2:end -->'],
   t1: ['<!-- bench:t1:start -->', '<!-- bench:t1:end -->'],
   g1: ['<!-- bench:g1:start -->', '<!-- bench:g1:end -->'],
+  f1: ['<!-- bench:f1:start -->', '<!-- bench:f1:end -->'],
 };
 
-/** A P2, T1 or G1 results file: the attention grid's header, that table's rows. */
+/** A P2, T1, G1 or F1 results file: the attention grid's header, that table's rows. */
 interface TableResults<R> {
   machine: Machine;
   commit: string;
@@ -204,6 +218,70 @@ export function g1Section(results: TableResults<G1Row>): string {
   ].join('\n');
 }
 
+export function f1Section(results: TableResults<F1Row>): string {
+  const { documentSpeedup, causalSlowdown, memoryPerIo } = F1_TARGETS;
+  const { fullUpTo, sampledPerHead } = F1_CHECK;
+  const { minRuns, maxRuns, budgetMs } = F1_RUNS.full;
+  const tol = (g: F1Group) => {
+    const { atol, rtol } = F1_CHECK.tolerance[g];
+    return `${atol.toExponential(0)} + ${rtol.toExponential(0)}·|expected|`;
+  };
+  const { document: doc, causal, score } = F1_SHAPES.full;
+  const docs = doc.docs ?? 1;
+  const maskMB = (doc.L * doc.L * 4) / 2 ** 20;
+  return [
+    MARKERS.f1[0],
+    '## F1: flex attention',
+    '',
+    '`npm run bench -- --table f1` measures `flexAttention` (PyTorch’s FlexAttention: mask mods, score mods,',
+    'block masks) against `scaledDotProductAttention` given the same attention, forward, fp32, q/k/v',
+    '`[B, H, L, E]` with L = S (seeded `Tensor.randn`), every call with kernel `auto`; one row per process.',
+    `**Document masking** ${shapeLabel(doc)}, ${docs} packed documents of ${doc.L / docs} tokens: flexAttention`,
+    `with a block mask (\`createBlockMask(mod, 1, 1, L, S)\`, ${F1_BLOCK} × ${F1_BLOCK} tiles) of the built-in`,
+    '`documentMask(ids)`, and of `andMasks(causalMask, documentMask(ids))`, against scaledDotProductAttention',
+    `with the same visibility as a dense \`[${doc.L}, ${doc.L}]\` float32 mask Tensor (${maskMB} MB), built in that row’s`,
+    'process before its first call, so it counts in that row’s peak RSS, as it would in a user’s.',
+    `**Causal** ${shapeLabel(causal)}: flexAttention with a \`causalMask\` block mask against`,
+    "`scaledDotProductAttention(q, k, v, { causal: 'top-left' })` (the same attention when L = S).",
+    `**Score mod** ${shapeLabel(score)}: the built-in \`alibiScore(${score.H})\` (a program the WASM kernel reads as data)`,
+    'against the same ALiBi as a plain JS function `(s, b, h, q, kv) => s + slopes[h] * (kv - q)` (which',
+    'only the JS tiled kernel can call, once per score), and scaledDotProductAttention with the dense',
+    `\`alibiBias(${score.H}, ${score.L}, ${score.L})\` as \`bias\`.`,
+    '',
+    'Each row runs once and is checked before it is timed, against a float64 computation of its rule done',
+    `in the bench (not by qkv): every query row at L ≤ ${fullUpTo}, else ${sampledPerHead} evenly spread rows of every`,
+    `head plus each document’s first and last; |out − expected| ≤ ${tol('document')} (max err below),`,
+    `and ≤ ${tol('score')} for the score rows: ALiBi without a causal mask gives the first`,
+    'queries scores up to slope·(S − 1) ≈ 512, where float32 scores (the WASM kernel’s) resolve only ~3e-5.',
+    'The last timed run is checked again; a row failing a check has no figure. ms is the median of the',
+    `timed runs (at least ${minRuns}, up to ${maxRuns} or ${budgetMs / 1000} s) after a warm-up run (none when the checked run`,
+    `took over ${F1_RUNS.slowMs / 1000} s). The kernel column is what \`auto\` ran: a small call of the same mods with`,
+    'kernel `wasm` shows whether the WASM kernel serves them (else `auto` takes the JS tiled kernel,',
+    '`flash`). Peak RSS is the whole process over all its runs (it includes outputs of earlier runs not yet',
+    'collected); “set-up + 1 call” is the peak RSS right after the first call minus the RSS once q, k, v',
+    'exist and a small call of the row has loaded its kernel: what the row’s size adds (the mask, bias or',
+    'block mask, one output, kernel buffers).',
+    'The ratio column is the group’s baseline ms ÷ the row’s ms (> 1: faster than the baseline):',
+    'scaledDotProductAttention with the dense mask, causal scaledDotProductAttention, the built-in',
+    `alibiScore. Targets: flex document masking ≥ ${documentSpeedup}× the dense mask; its memory O(n): set-up + 1 call`,
+    `≤ ${memoryPerIo} × the bytes of q, k, v and the output (linear in L; the dense row’s float32 [L, S]`,
+    `mask alone is ${maskMB} MB); flex causal ≤ ${causalSlowdown}× causal scaledDotProductAttention. Load average: the`,
+    'machine line (at the start) and each row’s in the table (1 minute, at the row’s start; the machine is',
+    'shared).',
+    '',
+    `Last run: ${machineLine(results.machine, results.commit)}${results.partial ? ' — a smoke run (`--quick`: small sizes), not final figures' : ''}.`,
+    '',
+    f1TargetsTable(results.rows),
+    '',
+    f1Table(results.rows),
+    '',
+    'Checked against:',
+    '',
+    f1Checks(results.rows),
+    MARKERS.f1[1],
+  ].join('\n');
+}
+
 /** Replaces the text between `start` and `end` in `page` (markers included), or appends `section`. */
 function replaceSection(page: string, [start, end]: [string, string], section: string): string {
   const from = page.indexOf(start);
@@ -222,7 +300,13 @@ export function updateReadme(files: Record<TableName, string>, docsPath: string,
       continue;
     }
     const results = JSON.parse(readFileSync(file, 'utf8'));
-    const sections = { attention: benchSection, p2: p2Section, t1: t1Section, g1: g1Section };
+    const sections = {
+      attention: benchSection,
+      p2: p2Section,
+      t1: t1Section,
+      g1: g1Section,
+      f1: f1Section,
+    };
     const section = sections[table](results);
     page = replaceSection(page, MARKERS[table], section);
     console.log(`updated ${docsPath} (${table}) from ${file}`);

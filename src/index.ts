@@ -31,6 +31,33 @@ export {
 export * as autograd from './autograd/index.js';
 export { KVCache, type KVCacheOptions, type KVCacheUpdate } from './cache/kv-cache.js';
 export { PagedKVCache, type PagedKVCacheOptions } from './cache/paged.js';
+export {
+  alibiScore,
+  andMasks,
+  BlockMask,
+  type BlockMaskOptions,
+  type CompiledMask,
+  type CompiledScore,
+  type CompileOptions,
+  causalMask,
+  compileMask,
+  compileScore,
+  createBlockMask,
+  documentMask,
+  type FlexAttentionOptions,
+  flexAttention,
+  flexAttentionWeights,
+  type MaskMod,
+  ModEvaluationError,
+  ModExpressionError,
+  noopMask,
+  orMasks,
+  prefixLmMask,
+  relativeBiasScore,
+  type ScoreMod,
+  slidingWindowMask,
+  softcapScore,
+} from './flex/index.js';
 export { fromHalfBits, toHalfBits } from './float16.js';
 export {
   type DecodeSafetensorsOptions,

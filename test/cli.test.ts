@@ -1,7 +1,9 @@
 // The qkv command: demo format and determinism in-process, exit codes through the built bin.
 
 import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { main } from '../src/cli/main.js';
@@ -99,6 +101,14 @@ describe('qkv demo', () => {
     [['demo', '--heads', '3'], /--d-model 512 is not divisible by --heads 3/],
     [['demo', '--heads', '8', '--d-k', '32'], /--d-k is d_model \/ heads = 64/],
     [['demo', 'extra'], /Unexpected argument 'extra'/],
+    // A negative number after an option is its value (parseArgs alone calls it ambiguous); the range says no.
+    [['demo', '--seed', '-1'], /demo: --seed must be an integer from 0 to 4294967295, got '-1'/],
+    [['demo', '--tokens', '-3'], /--tokens must be an integer from 1 to 64, got '-3'/],
+    [['demo', '--d-model', '-.5'], /--d-model must be an integer from 1 to 8192, got '-.5'/],
+    [
+      ['generate', '--model', 'brown-lm', '--prompt', 'a', '--temperature', '-1'],
+      /--temperature must be ≥ 0/,
+    ],
     [['frobnicate'], /unknown command 'frobnicate'/],
     // Checked before training (it used to train for minutes, then fail naming a temporary file).
     [
@@ -119,6 +129,78 @@ describe('qkv demo', () => {
   });
 });
 
+describe('bundled models by name, limits in --help, plurals', () => {
+  it.each([
+    ['eval', ['eval', '--task', 'pronoun', '--model', 'pronoum']],
+    ['heads', ['heads', '--model', 'nope.safetensors']],
+    ['generate', ['generate', '--model', 'no/such', '--prompt', 'the']],
+  ])('%s: a missing --model names the bundled models (exit 1)', (command, argv) => {
+    const { code, out, err } = run(argv);
+    expect(code).toBe(1);
+    expect(out).toBe('');
+    expect(err).toBe(
+      `qkv: ${command}: no such checkpoint '${argv[argv.indexOf('--model') + 1]}' (the bundled models load by name: --model pronoun, --model brown-lm)\n`,
+    );
+  });
+
+  it('eval: --model pronoun and the default are the bundled file; brown-lm is refused as not a pronoun model', () => {
+    const byName = run(['eval', '--task', 'pronoun', '--model', 'pronoun', '--count', '20']);
+    expect([byName.code, byName.err]).toEqual([0, '']);
+    expect(run(['eval', '--task', 'pronoun', '--count', '20']).out).toBe(byName.out);
+    const lm = run(['eval', '--task', 'pronoun', '--model', 'brown-lm']);
+    expect(lm.code).toBe(1);
+    expect(lm.err).toMatch(/models[/\\]brown-lm\.safetensors' was trained on task 'lm', not pronoun/);
+  });
+
+  it('every integer range an error cites is stated on the option in --help', () => {
+    // integerOption('cmd', values, 'name', fallback, MIN, MAX) and the commands' int('name', fallback, MIN, MAX).
+    const files: Record<string, string> = {
+      'main.ts': 'demo',
+      'viz.ts': 'viz',
+      'eval.ts': 'eval',
+      'heads.ts': 'heads',
+      'generate.ts': 'generate',
+      'train.ts': 'train',
+    };
+    const literal = /^[\d_ ]+(?:(?:\*\*|<<|-|\+)[\d_ ]+)*$/;
+    const value = (expr: string) => Function(`return (${expr})`)() as number;
+    let checked = 0;
+    for (const [file, command] of Object.entries(files)) {
+      const source = readFileSync(fileURLToPath(new URL(`../src/cli/${file}`, import.meta.url)), 'utf8');
+      const help = run([command, '--help']).out;
+      const calls = source.matchAll(
+        /(?:integerOption\('\w+', values, |int\()'([\w-]+)', [^,]+, ([^,()]+), ([^,()]+)\)/g,
+      );
+      for (const [, name, min, max] of calls) {
+        if (!literal.test(min.trim()) || !literal.test(max.trim())) continue; // a bound from the model
+        // The option's line and its continuation lines.
+        const lines = help.split('\n');
+        const start = lines.findIndex((l) => new RegExp(`^  --${name}\\b`).test(l));
+        expect(start, `qkv ${command} --help has no --${name}`).toBeGreaterThanOrEqual(0);
+        let block = lines[start];
+        for (let i = start + 1; i < lines.length && /^\s{8,}\S/.test(lines[i]); i++) block += lines[i];
+        expect(block, `qkv ${command} --help, --${name}`).toContain(`${value(min)} to ${value(max)}`);
+        checked++;
+      }
+    }
+    expect(checked).toBeGreaterThanOrEqual(17); // the calls above with literal bounds, as of writing
+  });
+
+  it('--help states the limits the other errors cite', () => {
+    const help = (command: string) => run([command, '--help']).out;
+    expect(help('demo')).toContain('at most 64\n                       words');
+    expect(help('demo')).toContain('dividing d_model');
+    expect(help('viz')).toContain('at most 512');
+    expect(help('generate')).toMatch(/in \(0, 1\]/);
+    expect(help('generate')).toContain('≥ 0; 0 = greedy');
+    expect(help('heads')).toContain('2 to maxLen / 2');
+    expect(help('heads')).toContain('at least 2');
+    expect(help('eval')).toContain("1 to the model's\n                   maxLen");
+    expect(help('eval')).toContain('cannot be combined with --task');
+    for (const command of ['eval', 'viz', 'heads', 'generate']) expect(help(command)).toContain('brown-lm');
+  });
+});
+
 describe('the built bin', () => {
   const bin = fileURLToPath(new URL('../dist/cli.js', import.meta.url));
   it('exists (npm test builds first)', () => {
@@ -131,5 +213,34 @@ describe('the built bin', () => {
     const bad = spawnSync(process.execPath, [bin, 'demo', '--nope'], { encoding: 'utf8' });
     expect(bad.status).toBe(2);
     expect(bad.stderr.trim()).toMatch(/^qkv: demo: Unknown option '--nope'/);
+  });
+
+  it('finds the bundled models by name from any working directory, and says "1 token", "1 sequence"', () => {
+    const cwd = mkdtempSync(join(tmpdir(), 'qkv-cwd-'));
+    try {
+      const qkv = (...args: string[]) =>
+        spawnSync(process.execPath, [bin, ...args], { encoding: 'utf8', cwd });
+      const evaluated = qkv('eval', '--task', 'pronoun', '--model', 'pronoun', '--count', '20');
+      expect([evaluated.status, evaluated.stderr]).toEqual([0, '']);
+      expect(evaluated.stdout).toMatch(/^accuracy=\d\.\d{4} referent_attention=\d\.\d{4}\n$/);
+      const generated = qkv(
+        'generate',
+        '--model',
+        'brown-lm',
+        '--prompt',
+        'The jury',
+        '--max-new-tokens',
+        '1',
+      );
+      expect(generated.status).toBe(0);
+      expect(generated.stdout).toMatch(/^The jury/);
+      expect(generated.stderr).toMatch(/^1 token in .*\(KV cache; prompt \d+ tokens?\)\n$/);
+      const heads = qkv('heads', '--model', 'brown-lm', '--count', '1', '--length', '4');
+      expect(heads.status).toBe(0);
+      expect(heads.stdout).toMatch(/: 4 layers × 6 heads; 1 sequence of 4 random tokens repeated twice/);
+      expect(readdirSync(cwd)).toEqual([]); // nothing written where it ran
+    } finally {
+      rmSync(cwd, { recursive: true, force: true });
+    }
   });
 });

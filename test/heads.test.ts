@@ -393,7 +393,9 @@ describe('qkv heads', () => {
   it('errors: no such file, an encoder, bad --count and --length, no --model', () => {
     const a = io();
     expect(headsCommand(['--model', join(dir, 'missing.safetensors')], a.io)).toBe(1);
-    expect(a.out.stderr).toBe(`qkv: heads: no such checkpoint '${join(dir, 'missing.safetensors')}'\n`);
+    expect(a.out.stderr).toBe(
+      `qkv: heads: no such checkpoint '${join(dir, 'missing.safetensors')}' (the bundled models load by name: --model pronoun, --model brown-lm)\n`,
+    );
     const encoder = join(dir, 'encoder.safetensors');
     writeFileSync(encoder, saveCheckpoint(new TinyTransformer({ ...tiny, causal: false })));
     const b = io();

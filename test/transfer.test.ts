@@ -83,6 +83,14 @@ const halfProblem: Required<AttentionProblem> = {
   right: 0,
   precision: 'float64',
   kv: { kind: 'paged', blockSize: 2, blockTable: Int32Array.from([5, 0, 3, 1, 4, 2]), tableStride: 3 },
+  // Flex as data (built-in mods' programs and a block mask); JS functions never cross threads.
+  flex: {
+    maskName: 'documentMask',
+    scoreName: 'softcapScore(30)',
+    maskProgram: { ops: Int32Array.from([3, 0, 6]), ints: Int32Array.from([0, 0, 1, 1, 1, 2]) },
+    scoreProgram: { ops: Int32Array.from([2, 0, 0, 0]), floats: f32(30) },
+    blocks: { qBlock: 2, kvBlock: 2, nq: 2, nk: 3, kinds: Uint8Array.from([2, 1, 0, 0, 1, 2]), sb: 0, sh: 0 },
+  },
 };
 
 describe('the serialiser', () => {
@@ -111,6 +119,7 @@ describe('the serialiser', () => {
     };
     delete problem.half;
     delete problem.kv;
+    delete problem.flex;
     const { revived, packed } = cross(problem);
     expectSameTree(revived, problem, 'problem');
     expect(packed.k).toEqual(packed.q);

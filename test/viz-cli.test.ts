@@ -120,18 +120,56 @@ describe('qkv viz', () => {
     expect(unknown.err).toContain("'dog' not in the checkpoint's 3-word vocabulary");
   });
 
-  it('--model with a missing file: one line naming it and where the trained model ships, exit 1 (was a raw ENOENT)', () => {
+  it('--model with a missing file: one line naming it and the bundled models, exit 1 (was a raw ENOENT)', () => {
     const out = join(tmpdir(), 'qkv-viz-missing-model.svg');
     const missing = run(['viz', '--model', 'no/such/model.safetensors', '--out', out]);
     expect(existsSync(out)).toBe(false);
     expect(missing.code).toBe(1);
-    expect(missing.err).toMatch(
-      /^qkv: viz: no such checkpoint 'no\/such\/model.safetensors' \(the trained pronoun model ships at .*models[/\\]pronoun.safetensors\)\n$/,
+    expect(missing.err).toBe(
+      "qkv: viz: no such checkpoint 'no/such/model.safetensors' (the bundled models load by name: --model pronoun, --model brown-lm)\n",
     );
   });
 
-  it('--help lists the options; qkv --help lists the command', () => {
-    expect(run(['viz', '--help']).out).toContain('--matrix <id>');
+  it('--model pronoun draws the bundled checkpoint, found from the package, not the working directory', () => {
+    const out = join(dir, 'bundled.svg');
+    const cwd = process.cwd();
+    process.chdir(dir); // models/pronoun.safetensors is not here
+    try {
+      const ok = run(['viz', '--model', 'pronoun', '--layer', '1', '--out', out]);
+      expect([ok.code, ok.err]).toEqual([0, '']);
+      expect(ok.out).toMatch(
+        /layer 1 head 0, 11 tokens, trained checkpoint .*models[/\\]pronoun\.safetensors \(task pronoun/,
+      );
+    } finally {
+      process.chdir(cwd);
+    }
+    expect(readFileSync(out, 'utf8')).toContain('>animal</text>');
+  });
+
+  it('says "1 token", not "1 tokens"', () => {
+    const ok = run(['viz', '--text', 'cat', '--out', join(dir, 'one.svg')]);
+    expect(ok.code).toBe(0);
+    expect(ok.out).toContain(', 1 token, seeded');
+  });
+
+  it('--help lists the options and every limit the errors cite; qkv --help lists the command', () => {
+    const help = run(['viz', '--help']).out;
+    expect(help).toContain('--matrix <id>');
+    for (const limit of [
+      'at most 512',
+      '1 to 4096',
+      '1 to 64',
+      '1 to 48',
+      '0 to layers − 1',
+      '0 to heads − 1',
+      '0 to 4294967295',
+      '1 to 4',
+      'only with --layer 0',
+      'cannot be combined with --model',
+      'pronoun, brown-lm',
+    ]) {
+      expect(help).toContain(limit);
+    }
     expect(run(['--help']).out).toContain('qkv viz --out <file>');
   });
 

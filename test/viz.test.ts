@@ -25,6 +25,7 @@ import {
   tiledKernelBytes,
   tokenize,
 } from '../src/index.js';
+import { lineChartSvg } from '../src/train/plot.js';
 import { glyphRows, hasGlyph } from '../src/viz/font.js';
 import { cellColor, fitLabel, textCells } from '../src/viz/layout.js';
 
@@ -301,5 +302,67 @@ describe('experiment numbers', () => {
     expect(Math.abs(large.scaled.meanMaxWeight - small.scaled.meanMaxWeight)).toBeLessThan(0.15);
     expect(large.unscaled.meanEntropyBits).toBeLessThan(0.5);
     expect(large.scaled.meanEntropyBits).toBeGreaterThan(2);
+  });
+});
+
+describe('legend ticks and loss-plot axes', () => {
+  it('a PNG legend tick stands apart from its label, so "0.5" does not read as "−0.5"', () => {
+    // Diverging scale over [-1, 1]: the ticks read 1, 0, −1 (the middle one is the case that misread).
+    const spec: HeatmapSpec = {
+      values: new Float32Array([-1, 0.5, 0, 1]),
+      rows: 2,
+      cols: 2,
+      rowLabels: ['a', 'b'],
+      colLabels: ['a', 'b'],
+      scale: 'diverging',
+    };
+    const ratio = 2;
+    const img = rasterizeHeatmap(spec, { pixelRatio: ratio });
+    const L = heatmapLayout(spec);
+    const ink = (x: number, y: number) => img.data[(y * img.width + x) * 4] < 128; // dark foreground
+    for (const tick of L.legend.ticks) {
+      const y = Math.round(tick.y * ratio - ratio / 2); // the tick mark's row (the glyphs' middle row)
+      let x = (L.legend.x + L.legend.width) * ratio;
+      const start = x;
+      while (ink(x, y)) x++;
+      const mark = x - start;
+      while (!ink(x, y) && x < img.width) x++;
+      const gap = x - start - mark;
+      expect(mark, `tick ${tick.text}`).toBe(3 * ratio);
+      // The font puts 2 px between a minus sign and a digit; the tick must be clearly farther.
+      expect(gap, `gap after tick ${tick.text}`).toBeGreaterThanOrEqual(4 * ratio);
+    }
+  });
+
+  it('the same gap in SVG: the label starts past the tick by more than the tick is long', () => {
+    const spec: HeatmapSpec = {
+      values: new Float32Array([0, 1]),
+      rows: 1,
+      cols: 2,
+      rowLabels: ['a'],
+      colLabels: ['a', 'b'],
+    };
+    const svg = renderHeatmapSvg(spec);
+    const line = /<line x1="([\d.]+)" x2="([\d.]+)"/.exec(svg)!;
+    const text = /<text x="([\d.]+)" y="[\d.]+" dominant-baseline="central"/.exec(svg)!;
+    expect(Number(text[1]) - Number(line[2])).toBeGreaterThanOrEqual(4);
+  });
+
+  it('the loss plot labels its log axis at 1, 2, 5 × 10ᵏ as the height allows, not only at decades', () => {
+    const labels = (values: number[], height?: number) =>
+      [
+        ...lineChartSvg([{ label: 'loss', values }], { title: 't', logY: true, height }).matchAll(
+          /text-anchor="end" dominant-baseline="middle">([^<]*)</g,
+        ),
+      ].map((m) => m[1]);
+    const decay = (a: number, b: number) => Array.from({ length: 200 }, (_, i) => a * (b / a) ** (i / 199));
+    expect(labels(decay(2.3, 0.01))).toEqual(['0.01', '0.02', '0.05', '0.1', '0.2', '0.5', '1', '2']);
+    // Less than a decade: every 1‥9 × 10ᵏ fits.
+    expect(labels(decay(0.9, 0.3))).toEqual(['0.3', '0.4', '0.5', '0.6', '0.7', '0.8', '0.9']);
+    // Many decades in little height: decades only, then every other decade.
+    expect(labels(decay(10, 1e-4), 200)).toEqual(['1e-4', '0.001', '0.01', '0.1', '1', '10']);
+    const wide = labels(decay(1e6, 1e-6), 200);
+    expect(wide.length).toBeGreaterThanOrEqual(3);
+    expect(wide.length).toBeLessThan(13);
   });
 });

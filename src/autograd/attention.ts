@@ -5,6 +5,7 @@
 
 import { type AttentionOptions, planAttention } from '../attention/plan.js';
 import { runKernel } from '../attention/sdpa.js';
+import { type FlexMods, resolveFlex } from '../flex/flex.js';
 import { swapMiddle } from '../kernels/matmul.js';
 import { chooseBackward } from '../kernels/registry.js';
 import {
@@ -24,6 +25,11 @@ export interface AttentionOpOptions extends Omit<AttentionOptions, 'kernel'> {
   numKvHeads?: number;
   /** Also return the attention weights [B, Hq, L, S] (for plots; no gradient flows through them). */
   needWeights?: boolean;
+  /**
+   * Flex attention's mods (as flexAttention takes them), on top of the other options: gradients flow
+   * through built-in score mods exactly and through a JS score mod by central differences.
+   */
+  flex?: FlexMods;
 }
 
 const FN = 'attention';
@@ -44,7 +50,7 @@ export function attention(
   v: Var,
   options: AttentionOpOptions,
 ): { out: Var; weights?: Tensor } {
-  const { numHeads: Hq, numKvHeads: Hkv = options.numHeads, needWeights = false, ...sdpa } = options;
+  const { numHeads: Hq, numKvHeads: Hkv = options.numHeads, needWeights = false, flex, ...sdpa } = options;
   const [B, L, QW] = q.shape;
   const [, S, KW] = k.shape;
   const VW = v.shape[2];
@@ -73,6 +79,7 @@ export function attention(
   // kernel serves the forward; float64 Vars (gradient checks) ask for float64, so a float64 kernel does.
   const precision = q.data instanceof Float64Array ? 'float64' : 'float32';
   const problem: BackwardProblem = { ...plan.problem, q: qh, k: kh, v: vh, precision };
+  if (flex) problem.flex = resolveFlex(FN, flex, B, Hq, L, S);
   const outH = floatsLike(q.data, B * Hq * L * Ev); // [B, Hq, L, Ev]
   // The log-sum-exp only serves the backward: none under noGrad (or for inputs that need no gradient).
   const lse = needsGrad([q, k, v]) ? new Float64Array(B * Hq * L) : undefined;

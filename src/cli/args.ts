@@ -2,6 +2,8 @@
 // line for bad usage. One decision to know: commands throw UsageError and main.ts turns it into
 // "qkv: <message>" on stderr and exit code 2, so no command prints or exits on its own.
 
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 
 /** The streams and environment a command runs with (process's in bin; strings in tests). */
@@ -80,4 +82,41 @@ export function integerOption(
     );
   }
   return Number(raw);
+}
+
+/** The checkpoints the package ships in models/ (package.json "files"), loaded by name from any directory. */
+export const BUNDLED_MODELS = ['pronoun', 'brown-lm'] as const;
+
+/** How each bundled model is made again, for the message when its file is missing. */
+const BUNDLED_RECIPES: Record<(typeof BUNDLED_MODELS)[number], string> = {
+  pronoun: 'npm run train',
+  'brown-lm': 'npm run train:lm',
+};
+
+/**
+ * The file of a bundled model: models/<name>.safetensors of the package, found from this file's location
+ * (dist/cli/args.js and src/cli/args.ts both sit two levels below the package root), so it works from
+ * any working directory and from an installed package.
+ */
+export function bundledModelPath(name: (typeof BUNDLED_MODELS)[number]): string {
+  return fileURLToPath(new URL(`../../models/${name}.safetensors`, import.meta.url));
+}
+
+/**
+ * `--model`'s value as a checkpoint file: an existing path as given, else a bundled model's name
+ * (`pronoun`, `brown-lm`). Neither gives `{ error }`, a message that starts with the command and names
+ * the bundled models; the command prints it as "qkv: <error>" and exits 1.
+ */
+export function resolveModel(command: string, value: string): { path: string } | { error: string } {
+  if (existsSync(value)) return { path: value };
+  const name = BUNDLED_MODELS.find((n) => n === value);
+  if (name !== undefined) {
+    const path = bundledModelPath(name);
+    if (existsSync(path)) return { path };
+    return {
+      error: `${command}: the bundled model '${name}' is missing from this install: no ${path} (${BUNDLED_RECIPES[name]} makes it)`,
+    };
+  }
+  const names = BUNDLED_MODELS.map((n) => `--model ${n}`).join(', ');
+  return { error: `${command}: no such checkpoint '${value}' (the bundled models load by name: ${names})` };
 }

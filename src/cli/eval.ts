@@ -2,17 +2,24 @@
 // default) and prints `accuracy=<x> referent_attention=<y>` on one line, measured on held-out sentences.
 // One decision to know: sentences are scored EVAL_BATCH at a time without the autograd tape, so memory
 // does not grow with --count (one forward over all 100 000 sentences, tape recorded, took 8.5 GB). The
-// default model path is resolved from this file's location, so it works from any working directory
-// (dist/cli/eval.js and src/cli/eval.ts both sit two levels below the package root).
+// bundled models (the default pronoun, and brown-lm) are found by name from the package's location
+// (args.ts: resolveModel), so they work from any working directory.
 
 import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import { readFileBytes } from '../io/file-node.js';
 import type { Tokenizer } from '../text/tokenizer.js';
 import { loadCheckpoint } from '../train/checkpoint.js';
 import { textBits } from '../train/lm.js';
 import { EVAL_BATCH, evaluatePronoun, pronounTask } from '../train/pronoun.js';
-import { type ArgValues, type CliIO, integerOption, parseCommandArgs, UsageError } from './args.js';
+import {
+  type ArgValues,
+  bundledModelPath,
+  type CliIO,
+  integerOption,
+  parseCommandArgs,
+  resolveModel,
+  UsageError,
+} from './args.js';
 
 export const EVAL_HELP = `qkv eval: measure a trained checkpoint
 
@@ -25,21 +32,24 @@ last layer puts from "it" on the correct noun.
 
 Options:
   --task pronoun   the task (only pronoun has an eval)
-  --model <file>   checkpoint; default the committed models/pronoun.safetensors
+  --model <file>   checkpoint file, or a bundled model by name (pronoun, brown-lm); default pronoun
+                   (the package's models/pronoun.safetensors)
   --family <f>     article (animal/place, the article's sentence), roles (animal/animal: the adjective
                    says subject or object) or both (default)
   --count <n>      held-out sentences, 1 to 100000; default 1000
   --seed <n>       seed of the sentences, 0 to 4294967295; default 12345
   --text-file <f>  a language model's total cross-entropy on a UTF-8 text file: prints
                    bits_per_byte=<x> tokens=<n> (each token predicted from at most the model's context)
-  --stride <n>     tokens scored per window after the first (the rest is context); default maxLen / 2
+  --stride <n>     tokens scored per window after the first (the rest is context), 1 to the model's
+                   maxLen; default maxLen / 2
   -h, --help       this help
+
+--text-file needs --model (a language model: a decoder that stores its tokenizer, e.g. brown-lm) and
+cannot be combined with --task.
 `;
 
-/** The committed checkpoint. */
-export const DEFAULT_PRONOUN_MODEL = fileURLToPath(
-  new URL('../../models/pronoun.safetensors', import.meta.url),
-);
+/** The committed pronoun checkpoint, the package's models/pronoun.safetensors. */
+export const DEFAULT_PRONOUN_MODEL = bundledModelPath('pronoun');
 
 export { EVAL_BATCH };
 
@@ -71,11 +81,12 @@ export function evalCommand(argv: string[], io: CliIO): number {
   if (family !== 'article' && family !== 'roles' && family !== 'both') {
     throw new UsageError(`eval: --family must be article, roles or both, got '${String(family)}'`);
   }
-  const path = typeof values.model === 'string' ? values.model : DEFAULT_PRONOUN_MODEL;
-  if (!existsSync(path)) {
-    io.stderr.write(`qkv: eval: no such checkpoint '${path}'\n`);
+  const resolved = resolveModel('eval', typeof values.model === 'string' ? values.model : 'pronoun');
+  if ('error' in resolved) {
+    io.stderr.write(`qkv: ${resolved.error}\n`);
     return 1;
   }
+  const { path } = resolved;
   const { model, info } = loadCheckpoint(readFileBytes(path), path); // a bad file throws; main prints it, exit 1
   if (info.task !== undefined && info.task !== 'pronoun') {
     io.stderr.write(`qkv: eval: '${path}' was trained on task '${info.task}', not pronoun\n`);
@@ -103,15 +114,15 @@ function evalText(values: ArgValues, io: CliIO): number {
   if (typeof values.model !== 'string')
     throw new UsageError('eval: --text-file needs --model <language model checkpoint>');
   const file = String(values['text-file']);
-  const path = values.model;
-  for (const [what, p] of [
-    ['checkpoint', path],
-    ['text file', file],
-  ] as const) {
-    if (!existsSync(p)) {
-      io.stderr.write(`qkv: eval: no such ${what} '${p}'\n`);
-      return 1;
-    }
+  const resolved = resolveModel('eval', values.model);
+  if ('error' in resolved) {
+    io.stderr.write(`qkv: ${resolved.error}\n`);
+    return 1;
+  }
+  const { path } = resolved;
+  if (!existsSync(file)) {
+    io.stderr.write(`qkv: eval: no such text file '${file}'\n`);
+    return 1;
   }
   const bytes = readFileBytes(file);
   if (bytes.length === 0) {

@@ -3,18 +3,17 @@
 // One decision to know: the file is written atomically (temporary file, fsync, rename), like checkpoints,
 // and nothing is written when the export cannot be expressed (--kv-cache on an encoder is refused first).
 
-import { existsSync } from 'node:fs';
 import { readFileBytes, unwritableReason, writeFileAtomic } from '../io/file-node.js';
 import { toOnnx } from '../onnx/index.js';
 import { loadCheckpoint } from '../train/checkpoint.js';
-import { type CliIO, parseCommandArgs, UsageError } from './args.js';
+import { type CliIO, parseCommandArgs, resolveModel, UsageError } from './args.js';
 
 export const EXPORT_HELP = `qkv export: write a checkpoint as an ONNX model
 
 Usage: qkv export --model <file> --out <file.onnx> [--opset 17|23] [--kv-cache] [--no-mask]
 
 Options:
-  --model <file>   a qkv checkpoint (qkv train --out …)
+  --model <file>   a qkv checkpoint (qkv train --out …), or a bundled model by name: pronoun, brown-lm
   --out <file>     where to write the ONNX model
   --opset <n>      17 (default): plain ops, runs on every onnxruntime execution provider;
                    23: the standard Attention op
@@ -55,11 +54,12 @@ export function exportCommand(argv: string[], io: CliIO): number {
   const opset = Number(opsetRaw) as 17 | 23;
   const why = unwritableReason(values.out);
   if (why) throw new UsageError(`export: cannot write --out ${values.out}: ${why}`);
-  const path = values.model;
-  if (!existsSync(path)) {
-    io.stderr.write(`qkv: export: no such checkpoint '${path}'\n`);
+  const resolved = resolveModel('export', values.model);
+  if ('error' in resolved) {
+    io.stderr.write(`qkv: ${resolved.error}\n`);
     return 1;
   }
+  const path = resolved.path;
   const { model } = loadCheckpoint(readFileBytes(path), path); // a bad file throws; main prints it, exit 1
   const kvCache = Boolean(values['kv-cache']);
   if (kvCache && !model.config.causal) {

@@ -3,25 +3,26 @@
 // One decision to know: the text is streamed by decoding every token so far and printing what is new,
 // so a tokenizer whose tokens split a character or a word (byte-level BPE) still prints it whole.
 
-import { existsSync } from 'node:fs';
 import { readFileBytes } from '../io/file-node.js';
 import { UnknownTokenError } from '../text/tokenizer.js';
 import { loadCheckpoint } from '../train/checkpoint.js';
-import { type CliIO, integerOption, parseCommandArgs, UsageError } from './args.js';
+import { type CliIO, integerOption, parseCommandArgs, plural, resolveModel, UsageError } from './args.js';
 
 export const GENERATE_HELP = `qkv generate: continue a prompt with a trained decoder checkpoint
 
 Usage: qkv generate --model <file> (--prompt <text> | --ids <i,j,…>) [options]
 
 Options:
-  --model <file>         a decoder checkpoint (qkv train --task copy, or a language model)
+  --model <file>         a decoder checkpoint (qkv train --task copy, or a language model), or
+                         brown-lm, the bundled language model, by name
   --prompt <text>        the prompt, encoded with the checkpoint's tokenizer
-  --ids <i,j,…>          the prompt as token ids instead
-  --max-new-tokens <n>   tokens to generate; default 32 (prompt + n must fit the model's maxLen)
-  --temperature <t>      0 = greedy; default 1
-  --top-k <k>            sample from the k most likely tokens only
+  --ids <i,j,…>          the prompt as token ids instead (comma-separated integers)
+  --max-new-tokens <n>   tokens to generate, 0 to 1048576; default 32 (prompt + n must fit the
+                         model's maxLen)
+  --temperature <t>      ≥ 0; 0 = greedy; default 1
+  --top-k <k>            sample from the k most likely tokens only, 1 to 1073741824
   --top-p <p>            sample from the smallest set of tokens holding probability p, in (0, 1]
-  --seed <n>             seed of the sampling; default 0 (same seed, same text)
+  --seed <n>             seed of the sampling, 0 to 4294967295; default 0 (same seed, same text)
   --no-cache             recompute the whole sequence for every token (compare the speed)
   -h, --help             this help
 
@@ -73,11 +74,12 @@ export function generateCommand(argv: string[], io: CliIO): number {
   if (topP !== undefined && !(topP > 0 && topP <= 1)) {
     throw new UsageError(`generate: --top-p must be in (0, 1], got '${String(values['top-p'])}'`);
   }
-  const path = values.model;
-  if (!existsSync(path)) {
-    io.stderr.write(`qkv: generate: no such checkpoint '${path}'\n`);
+  const resolved = resolveModel('generate', values.model);
+  if ('error' in resolved) {
+    io.stderr.write(`qkv: ${resolved.error}\n`);
     return 1;
   }
+  const { path } = resolved;
   const { model, info } = loadCheckpoint(readFileBytes(path), path);
   const tokenizer = info.tokenizer;
   if (!model.config.causal) {
@@ -134,7 +136,7 @@ export function generateCommand(argv: string[], io: CliIO): number {
   io.stdout.write('\n');
   const rate = out.length / Math.max(seconds, 1e-9);
   io.stderr.write(
-    `${out.length} tokens in ${seconds.toFixed(2)} s: ${rate.toFixed(1)} tokens/s (${values['no-cache'] ? 'no cache' : 'KV cache'}; prompt ${prompt.length} tokens)\n`,
+    `${plural(out.length, 'token')} in ${seconds.toFixed(2)} s: ${rate.toFixed(1)} tokens/s (${values['no-cache'] ? 'no cache' : 'KV cache'}; prompt ${plural(prompt.length, 'token')})\n`,
   );
   return 0;
 }

@@ -14,7 +14,7 @@ import { readFileBytes } from '../io/file-node.js';
 import { UnknownTokenError } from '../text/tokenizer.js';
 import { loadCheckpoint } from '../train/checkpoint.js';
 import { bestHead, type HeadScore, headScores, SCORE_NAMES, type ScoreName } from '../train/heads.js';
-import { type CliIO, integerOption, parseCommandArgs, UsageError } from './args.js';
+import { type CliIO, integerOption, parseCommandArgs, plural, resolveModel, UsageError } from './args.js';
 
 /** The line of `qkv --help` for this command. */
 export const HEADS_HELP_LINE =
@@ -36,12 +36,16 @@ dup-token on the whole 2n tokens; with --text-file, all three on windows of 2n t
 Random tokens are drawn uniformly from the vocabulary without the tokenizer's special tokens.
 
 Options:
-  --model <file>       a decoder checkpoint (qkv train --task induction, copy, lm, …); required
-  --length <n>         n: random tokens per copy, 2 to maxLen / 2; default min(32, maxLen / 2)
+  --model <file>       a decoder checkpoint (qkv train --task induction, copy, lm, …), or brown-lm, the
+                       bundled language model, by name; required (an encoder such as pronoun has no
+                       causal attention to score)
+  --length <n>         n: random tokens per copy, 2 to maxLen / 2 (the model needs maxLen ≥ 4);
+                       default min(32, maxLen / 2)
   --count <n>          sequences (and text windows) averaged over, 1 to 4096; default 8
-  --seed <n>           seed of the random tokens and window offsets; default 0 (same seed, same scores)
-  --text-file <file>   measure prev-token, dup-token and first-token on this text (UTF-8, encoded with
-                       the checkpoint's tokenizer) instead of random tokens
+  --seed <n>           seed of the random tokens and window offsets, 0 to 4294967295; default 0 (same
+                       seed, same scores)
+  --text-file <file>   measure prev-token, dup-token and first-token on this text (UTF-8, at least 2
+                       tokens, encoded with the checkpoint's tokenizer) instead of random tokens
   --json               print JSON ({ heads: [{ layer, head, previousToken, … }], … }) instead of the table
   -h, --help           this help
 `;
@@ -90,11 +94,12 @@ export function headsCommand(argv: string[], io: CliIO): number {
   const seed = integerOption('heads', values, 'seed', 0, 0, 2 ** 32 - 1);
   const textFile = values['text-file'];
   if (textFile === '') throw new UsageError('heads: --text-file needs a file name');
-  const path = values.model;
-  if (!existsSync(path)) {
-    io.stderr.write(`qkv: heads: no such checkpoint '${path}'\n`);
+  const resolved = resolveModel('heads', values.model);
+  if ('error' in resolved) {
+    io.stderr.write(`qkv: ${resolved.error}\n`);
     return 1;
   }
+  const { path } = resolved;
   const { model, info } = loadCheckpoint(readFileBytes(path), path);
   const { causal, maxLen, numLayers, numHeads } = model.config;
   if (!causal) {
@@ -128,7 +133,7 @@ export function headsCommand(argv: string[], io: CliIO): number {
     }
     if (text.length < 2) {
       io.stderr.write(
-        `qkv: heads: --text-file ${textFile} has ${text.length} tokens; at least 2 are needed\n`,
+        `qkv: heads: --text-file ${textFile} has ${plural(text.length, 'token')}; at least 2 are needed\n`,
       );
       return 1;
     }
@@ -145,10 +150,10 @@ export function headsCommand(argv: string[], io: CliIO): number {
   }
   const where =
     text === undefined
-      ? `${count} sequences of ${length} random tokens repeated twice`
-      : `${count} windows of ${Math.min(2 * length, text.length)} tokens of ${textFile} (induction: ${count} sequences of ${length} random tokens repeated twice)`;
+      ? `${plural(count, 'sequence')} of ${length} random tokens repeated twice`
+      : `${plural(count, 'window')} of ${Math.min(2 * length, text.length)} tokens of ${textFile} (induction: ${plural(count, 'sequence')} of ${length} random tokens repeated twice)`;
   io.stdout.write(
-    `qkv heads: ${path}${info.task ? ` (task ${info.task})` : ''}: ${numLayers} layers × ${numHeads} heads; ${where}, seed ${seed}\n`,
+    `qkv heads: ${path}${info.task ? ` (task ${info.task})` : ''}: ${plural(numLayers, 'layer')} × ${plural(numHeads, 'head')}; ${where}, seed ${seed}\n`,
   );
   io.stdout.write(formatHeadTable(scores.heads));
   return 0;

@@ -31,6 +31,9 @@ ${HEADS_HELP_LINE}
   qkv --version          the version
 
 Run 'qkv <command> --help' (demo, viz, train, eval, generate, export, heads) for its options.
+The --model of eval, viz, heads and generate takes a checkpoint file or, from any directory, a bundled
+model by name: pronoun (the encoder that resolves "it" in the article's sentence) or brown-lm (the
+language model), e.g. qkv generate --model brown-lm --prompt "The jury said".
 `;
 
 const DEMO_HELP = `qkv demo: run self-attention on seeded token embeddings and print the attention matrix
@@ -43,7 +46,8 @@ Options:
   --d-model <n>        model width d_model, 1 to 8192; default 512
   --d-k <n>            query/key width d_k, 1 to 8192; default 64 (with --heads: d_model / heads)
   --d-v <n>            value width d_v, 1 to 8192; default d_k
-  --heads <n>          attention heads, 1 to 64; > 1 uses MultiHeadAttention; default 1
+  --heads <n>          attention heads, 1 to 64, dividing d_model; > 1 uses MultiHeadAttention (and
+                       then d_k = d_v = d_model / heads); default 1
   --causal             causal mask: query i sees keys j ≤ i
   --seed <n>           seed for embeddings and weights, 0 to 4294967295; default 0 (same seed, same output)
   -h, --help           this help
@@ -110,7 +114,8 @@ function demoConfig(values: ArgValues): DemoConfig {
     integerOption('demo', values, name, fallback, min, max);
   let tokens: string[];
   const rawTokens = values.tokens;
-  if (typeof rawTokens === 'string' && !/^\d+$/.test(rawTokens)) {
+  // A number is a count ('-3' and '2.5' included, which the count's check rejects); anything else, words.
+  if (typeof rawTokens === 'string' && !/^[-+]?(\d+\.?\d*|\.\d+)$/.test(rawTokens)) {
     tokens = rawTokens.split(/[\s,]+/).filter(Boolean);
     if (tokens.length === 0)
       throw new UsageError(`demo: --tokens needs a count or at least one word, got '${rawTokens}'`);

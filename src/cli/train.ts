@@ -53,14 +53,17 @@ Options:
 Options of --task lm:
   --text <file>        the training text (UTF-8); required
   --heldout <file>     held-out text: its loss is printed every --save-every steps and at the end
-  --vocab-size <n>     BPE vocabulary (bytes + merges + <|endoftext|>); default 4096
-  --context <n>        tokens per training window (the model's maxLen); default 128
-  --d-model <n>, --layers <n>, --heads <n>, --d-ff <n>   the model; default 256, 4, 8, 1024
-  --batch-size <n>     windows per step; default 16
+  --vocab-size <n>     BPE vocabulary (bytes + merges + <|endoftext|>), 258 to 1048576; default 4096
+  --context <n>        tokens per training window (the model's maxLen), 2 to 65536; default 128
+  --d-model <n>        model width, 1 to 16384; default 256
+  --layers <n>         blocks, 1 to 256; default 4
+  --heads <n>          attention heads, 1 to 1024 (dividing --d-model); default 8
+  --d-ff <n>           MLP width, 1 to 65536; default 1024
+  --batch-size <n>     windows per step, 1 to 65536; default 16
   --lr <x>             peak learning rate; default 0.001
-  --warmup <n>         warm-up steps; default 200
+  --warmup <n>         warm-up steps, 0 to 1000000; default 200
   --dropout <p>        dropout after attention and MLP outputs, in [0, 1); default 0.1
-  --save-every <n>     write the checkpoint and the training state every n steps; default 100
+  --save-every <n>     write the checkpoint and the training state every n steps, 1 to 1000000; default 100
   --resume             continue from the training state next to --out (<out>.state) if there is one
   --float16            store the checkpoint's weights as float16 (half the size)
 
@@ -445,7 +448,7 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
   const c = model.config;
   io.stderr.write(
     `qkv train: ${task.description}; ${c.numLayers} layers, D=${c.dModel}, ${c.numHeads} heads${positionsNote(c.positions)}, dFF ${c.dFF}, ` +
-      `${model.numParameters} parameters, ${trainer.steps} steps of ${o.batchSize}×${o.context} tokens, seed ${args.seed}${threadsNote(args)}\n`,
+      `${model.numParameters} parameters, ${plural(trainer.steps, 'step')} of ${o.batchSize}×${o.context} tokens, seed ${args.seed}${threadsNote(args)}\n`,
   );
   // Bits per byte of the held-out text, estimated from the mean loss of random windows.
   const heldBytes = heldText === undefined ? 0 : new TextEncoder().encode(heldText).length;
@@ -502,7 +505,7 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
   const final = tail.reduce((sum, x) => sum + x, 0) / Math.max(1, tail.length);
   const held = heldOut();
   io.stdout.write(
-    `${interrupted ? 'interrupted' : 'trained'} lm: ${trainer.step}/${trainer.steps} steps (${seconds.toFixed(1)} s this run, ${trainSeconds()} s in all), ` +
+    `${interrupted ? 'interrupted' : 'trained'} lm: ${trainer.step}/${plural(trainer.steps, 'step')} (${seconds.toFixed(1)} s this run, ${trainSeconds()} s in all), ` +
       `training loss ${final.toFixed(4)} (mean of last ${tail.length})${held ? `, ${held}` : ''}; checkpoint ${out}, state ${statePath}, loss curve ${plot}\n`,
   );
   return interrupted ? 130 : 0;
@@ -533,7 +536,7 @@ async function runInduction(args: TrainArgs, io: CliIO): Promise<number> {
   const c = model.config;
   io.stderr.write(
     `qkv train: ${trainer.task.description}; ${c.numLayers} layers, attention only${positionsNote(c.positions)}, D=${c.dModel}, ` +
-      `${c.numHeads} heads, ${model.numParameters} parameters, ${trainer.steps} steps, seed ${args.seed}${threadsNote(args)}\n`,
+      `${c.numHeads} heads, ${model.numParameters} parameters, ${plural(trainer.steps, 'step')}, seed ${args.seed}${threadsNote(args)}\n`,
   );
   const records: InductionRecord[] = [];
   const measure = (step: number, loss: number) => {
@@ -589,7 +592,7 @@ async function runInduction(args: TrainArgs, io: CliIO): Promise<number> {
     ? `the loss falls fastest at step ${drop.step}: ${f(drop.before)} at ${drop.step - span} → ${f(drop.after)} at ${drop.step + span}`
     : 'the loss never fell by 0.2 within 100 steps';
   io.stdout.write(
-    `${interrupted ? 'interrupted' : 'trained'} induction: ${trainer.step}/${trainer.steps} steps in ${seconds.toFixed(1)} s; ` +
+    `${interrupted ? 'interrupted' : 'trained'} induction: ${trainer.step}/${plural(trainer.steps, 'step')} in ${seconds.toFixed(1)} s; ` +
       `loss ${f(records[1]?.loss ?? Number.NaN)} (first ${INDUCTION_EVERY} steps) → ${f(end.loss)} (last ${INDUCTION_EVERY}), chance ln ${c.vocabSize} = ${f(Math.log(c.vocabSize))}; ` +
       `best induction score ${f(start.induction)} (step 0, head ${start.layer}.${start.head}) → ${f(end.induction)} (head ${end.layer}.${end.head})\n` +
       `${phase}\n${fall}\n` +

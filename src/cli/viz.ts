@@ -3,7 +3,7 @@
 // (src/viz), so `qkv viz --text "…" --seed 3` draws what the playground shows for that sentence and seed;
 // with --model the checkpoint's own tokenizer splits the text, as in the page.
 
-import { existsSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { deflateSync } from 'node:zlib';
 import { readFileBytes } from '../io/file-node.js';
 import { type Tokenizer, UnknownTokenError } from '../text/tokenizer.js';
@@ -15,8 +15,7 @@ import { type AttentionStack, seededStack } from '../viz/stack.js';
 import { renderHeatmapSvg } from '../viz/svg.js';
 import { tokenize } from '../viz/tokens.js';
 import { traceStack } from '../viz/trace.js';
-import { type CliIO, integerOption, parseCommandArgs, UsageError } from './args.js';
-import { DEFAULT_PRONOUN_MODEL } from './eval.js';
+import { type CliIO, integerOption, parseCommandArgs, plural, resolveModel, UsageError } from './args.js';
 
 /** Where the command writes; the CLI passes process streams, tests pass strings. */
 const DEFAULT_TEXT = "The animal didn't cross the street because it was too tired";
@@ -27,18 +26,21 @@ export const VIZ_HELP = `qkv viz: draw one attention heatmap (the playground's s
 Usage: qkv viz --out <file.svg|file.png> [options]
 
 Options:
-  --text <sentence>    the input, split into word tokens (at most ${MAX_TOKENS}); default
+  --text <sentence>    the input, split into tokens (at most ${MAX_TOKENS}); default
                        "${DEFAULT_TEXT}"
   --out <file>         where to write; the extension picks the format (.svg or .png)
-  --matrix <id>        which step: ${STEP_IDS.join(', ')}; default weights
-  --model <file>       a qkv checkpoint (.safetensors from qkv train), e.g. models/pronoun.safetensors;
-                       default: seeded untrained weights shaped by the options below
+  --matrix <id>        which step, default weights; embeddings and positions only with --layer 0:
+                       ${STEP_IDS.join(', ')}
+  --model <file>       a qkv checkpoint (.safetensors from qkv train), or a bundled model by name
+                       (pronoun, brown-lm); its tokenizer splits --text, and a word outside its
+                       vocabulary is an error. Default: seeded untrained weights shaped by --d-model,
+                       --heads, --d-k, --layers and --seed, which cannot be combined with --model
   --d-model <n>        model width, 1 to 4096; default 64
   --heads <n>          heads per layer, 1 to 64; default 4
   --d-k <n>            query/key width per head, 1 to 4096; default d_model / heads
   --layers <n>         layers, 1 to 48; default 1
-  --layer <n>          the layer to draw (0-based); default 0
-  --head <n>           the head to draw (0-based); default 0
+  --layer <n>          the layer to draw, 0 to layers − 1; default 0
+  --head <n>           the head to draw, 0 to heads − 1; default 0
   --causal             causal mask: query i sees keys j ≤ i
   --unscaled           no ÷√d_k (the article's section 4.2: why the scores are divided by √d_k)
   --tie-qk             W_K = W_Q, so Q·Kᵀ is symmetric (the article's section 4.1)
@@ -93,7 +95,7 @@ export function viz(argv: string[], io: Pick<CliIO, 'stdout' | 'stderr'>): numbe
   if (theme !== 'light' && theme !== 'dark') throw usage(`--theme must be light or dark, got '${theme}'`);
   const text = typeof values.text === 'string' ? values.text : DEFAULT_TEXT;
   const words = tokenize(text); // the tokens of seeded weights, which embed any word
-  const modelPath = values.model;
+  let modelPath = values.model;
   if (typeof modelPath !== 'string') checkTokenCount(words.length);
 
   let stack: AttentionStack;
@@ -105,12 +107,11 @@ export function viz(argv: string[], io: Pick<CliIO, 'stdout' | 'stderr'>): numbe
         `${shaped.map((n) => `--${n}`).join(', ')} cannot be combined with --model (the checkpoint fixes them)`,
       );
     }
-    if (!existsSync(modelPath)) {
-      // A path relative to the clone (models/pronoun.safetensors) does not exist in a user's project.
-      throw new Error(
-        `viz: no such checkpoint '${modelPath}' (the trained pronoun model ships at ${DEFAULT_PRONOUN_MODEL})`,
-      );
-    }
+    // A path relative to the clone (models/pronoun.safetensors) does not exist in a user's project; the
+    // bundled models' names do.
+    const resolved = resolveModel('viz', modelPath);
+    if ('error' in resolved) throw new Error(resolved.error);
+    modelPath = resolved.path;
     const checkpoint = stackFromSafetensors(readFileBytes(modelPath), modelPath);
     stack = checkpoint;
     tokenizer = checkpoint.tokenizer;
@@ -156,7 +157,7 @@ export function viz(argv: string[], io: Pick<CliIO, 'stdout' | 'stderr'>): numbe
   }
   writeFileSync(out, bytes);
   io.stdout.write(
-    `qkv viz: wrote ${out} (${size}): ${view.name}, layer ${layer} head ${head}, ${tokens.length} tokens, ${stack.description}\n`,
+    `qkv viz: wrote ${out} (${size}): ${view.name}, layer ${layer} head ${head}, ${plural(tokens.length, 'token')}, ${stack.description}\n`,
   );
   return 0;
 }

@@ -5,6 +5,7 @@
 // accumulated in a float64 buffer, as FA2 does — so tasks write disjoint rows and can run in parallel.
 
 import type { AttentionBackward, AttentionGrads, BackwardInputs, BackwardProblem } from './types.js';
+import { flexScore, flexScoreSlope } from './flex.js';
 import { classifyBlock, isVisible, kvRow } from './visibility.js';
 
 /** Tile sizes of the flash backward (rows of q per tile, rows of k per tile). */
@@ -47,6 +48,8 @@ function flashTask(
 
   const dqAcc = new Float64Array(group * L * E); // dq of the group's rows
   const P = new Float64Array(blockQ * blockK); // [blockQ, blockK] tile of probabilities
+  const flex = p.flex;
+  const slope = new Float64Array(flex ? blockQ * blockK : 0); // d(scoreMod)/d(score) of the tile
   const dKt = new Float64Array(blockK * E); // this key block's dK: [blockK, E]
   const dVt = new Float64Array(blockK * Ev); // [blockK, Ev]
 
@@ -59,7 +62,7 @@ function flashTask(
     for (let h = h0; h < h0 + group; h++) {
       for (let i0 = 0; i0 < L; i0 += blockQ) {
         const i1 = Math.min(L, i0 + blockQ);
-        const kind = classifyBlock(p, i0, i1, j0, j1);
+        const kind = classifyBlock(p, i0, i1, j0, j1, b, h);
         if (kind === 'empty') continue; // wholly outside the causal/window band
 
         // Pass 1: P_ij = exp(scale·q_i·k_j + bias_ij − lse_i); 0 for blocked keys and dead rows.
@@ -78,6 +81,10 @@ function flashTask(
             for (let e = 0; e < E; e++) dot += q[qRow + e] * k[kRow + e];
             let s = dot * scale;
             if (bias) s += bias.data[b * bias.sb + h * bias.sh + i * bias.sl + j * bias.ss];
+            if (flex) {
+              slope[Prow + j - j0] = flexScoreSlope(flex, s, b, h, i, j);
+              s = flexScore(flex, s, b, h, i, j);
+            }
             P[Prow + j - j0] = Math.exp(s - m); // exp(−Infinity) = 0 for a −Infinity bias
           }
         }
@@ -104,7 +111,7 @@ function flashTask(
             const ds = pij * (dp - Di);
             if (dbias && bias) dbias[b * bias.sb + h * bias.sh + i * bias.sl + j * bias.ss] += ds;
             // Pass 4: dQ_i += scale·dS_ij·k_j; dK_j += scale·dS_ij·q_i.
-            const g = ds * scale;
+            const g = ds * scale * (flex ? slope[Prow + j - j0] : 1);
             const kRow = kvRow(p, b, hk, j) * E;
             const tk = (j - j0) * E;
             for (let e = 0; e < E; e++) {

@@ -4,6 +4,7 @@
 // Arrays may be Float32Array or Float64Array: the gradient checks run these same loops in float64.
 
 import type { AttentionBackward, AttentionGrads, BackwardInputs, BackwardProblem } from './types.js';
+import { flexScore, flexScoreSlope } from './flex.js';
 import { kvRow, maskAllows, visibleRange } from './visibility.js';
 
 export type { AttentionGrads, BackwardInputs, BackwardProblem, Floats } from './types.js';
@@ -23,6 +24,8 @@ function referenceTask(p: BackwardProblem, inputs: BackwardInputs, grads: Attent
   const hk = bkv % Hkv;
   const probs = new Float64Array(S); // one row: scores, then probabilities
   const dS = new Float64Array(S);
+  const flex = p.flex;
+  const slope = new Float64Array(flex ? S : 0); // d(scoreMod)/d(score) per key of the row
   const dqRow = new Float64Array(E);
   const dkAcc = new Float64Array(S * E); // float64 sums over queries (and GQA heads) of this head
   const dvAcc = new Float64Array(S * Ev);
@@ -46,6 +49,11 @@ function referenceTask(p: BackwardProblem, inputs: BackwardInputs, grads: Attent
         for (let e = 0; e < E; e++) dot += q[qBase + e] * k[kRow + e];
         let s = dot * scale;
         if (bias) s += bias.data[b * bias.sb + h * bias.sh + i * bias.sl + j * bias.ss];
+        if (flex) {
+          // The score mod's slope at the unmodified score carries dS back through the mod.
+          slope[j] = flexScoreSlope(flex, s, b, h, i, j);
+          s = flexScore(flex, s, b, h, i, j);
+        }
         probs[j] = s;
         max = Math.max(max, s);
       }
@@ -88,7 +96,7 @@ function referenceTask(p: BackwardProblem, inputs: BackwardInputs, grads: Attent
         if (P === 0) continue;
         const ds = P * (dS[j] - D);
         if (dbias && bias) dbias[b * bias.sb + h * bias.sh + i * bias.sl + j * bias.ss] += ds;
-        const g = ds * scale;
+        const g = ds * scale * (flex ? slope[j] : 1);
         const kRow = kvRow(p, b, hk, j) * E;
         for (let e = 0; e < E; e++) {
           dqRow[e] += g * k[kRow + e];

@@ -4,9 +4,11 @@
 // the causal/window band are skipped and the band rule is evaluated only on tiles that straddle it.
 
 import { flashBackward } from './backward-flash.js';
+import { flexScore } from './flex.js';
 import type { AttentionKernel, AttentionOutputs, AttentionProblem } from './types.js';
 import {
   classifyBlock,
+  finishScore,
   headsOf,
   isVisible,
   kvRow,
@@ -26,7 +28,7 @@ export const flashKernel: AttentionKernel = {
   supports: () => true,
   backward: flashBackward,
   forwardRows(p: AttentionProblem, outputs: AttentionOutputs, bh: number, i0: number, i1: number): void {
-    const { L, E, Ev, q, k, v, scale, bias } = p;
+    const { L, E, Ev, q, k, v, scale, bias, flex } = p;
     const { out, weights, lse } = outputs;
     // Weights are recomputed from the log-sum-exp; keep it in float64 so exp(s − lse) stays exact
     // even for scores of 1e5 (a float32 lse would be off by ~1e-2 there).
@@ -52,7 +54,7 @@ export const flashKernel: AttentionKernel = {
       for (let c0 = bandLo; c0 <= bandHi; c0 += BLOCK_COLS) {
         const c1 = Math.min(bandHi + 1, c0 + BLOCK_COLS);
         const cols = c1 - c0;
-        const kind = classifyBlock(p, r0, r1, c0, c1);
+        const kind = classifyBlock(p, r0, r1, c0, c1, b, h);
         if (kind === 'empty') continue;
 
         // Pass 1: tile of scaled scores s = q·k·scale (+ bias); −Infinity where the key is blocked.
@@ -83,6 +85,7 @@ export const flashKernel: AttentionKernel = {
             for (; e < E; e++) d0 += qRow[e] * k[kRow + e];
             let s = (d0 + d1 + (d2 + d3)) * scale;
             if (bias) s += bias.data[biasBase + i * bias.sl + j * bias.ss];
+            if (flex) s = flexScore(flex, s, b, h, i, j);
             tile[t + c] = s;
           }
         }
@@ -138,7 +141,7 @@ function writeWeights(
   i0: number,
   i1: number,
 ): void {
-  const { L, S, E, q, k, scale, bias } = p;
+  const { L, S, E, q, k, scale } = p;
   const { b, h, hk } = headsOf(p, bh);
   for (let i = i0; i < i1; i++) {
     const row = bh * L + i;
@@ -152,8 +155,7 @@ function writeWeights(
       let dot = 0;
       const kRow = kvRow(p, b, hk, j) * E;
       for (let e = 0; e < E; e++) dot += q[row * E + e] * k[kRow + e];
-      let s = dot * scale;
-      if (bias) s += bias.data[b * bias.sb + h * bias.sh + i * bias.sl + j * bias.ss];
+      const s = finishScore(p, b, h, i, j, dot * scale);
       weights[base + j] = s === Number.NEGATIVE_INFINITY ? 0 : Math.exp(s - z);
     }
   }

@@ -4,7 +4,7 @@
 
 import { referenceBackward } from './backward.js';
 import type { AttentionKernel, AttentionOutputs, AttentionProblem } from './types.js';
-import { headsOf, kvRow, maskAllows, visibleRange } from './visibility.js';
+import { finishScore, headsOf, kvRow, maskAllows, visibleRange } from './visibility.js';
 
 /** Serves every call; plain loops, float64 accumulation, blocked keys skipped (never −1e9). */
 export const referenceKernel: AttentionKernel = {
@@ -35,8 +35,7 @@ export const referenceKernel: AttentionKernel = {
         let dot = 0;
         const kRow = kvRow(p, b, hk, j) * E;
         for (let e = 0; e < E; e++) dot += q[qBase + e] * k[kRow + e];
-        let s = dot * scale;
-        if (bias) s += bias.data[b * bias.sb + h * bias.sh + i * bias.sl + j * bias.ss];
+        const s = bias || p.flex ? finishScore(p, b, h, i, j, dot * scale) : dot * scale;
         scores[j] = s;
         max = Math.max(max, s); // Math.max keeps a NaN score visible (a `>` test would drop it)
       }

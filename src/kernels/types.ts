@@ -3,6 +3,7 @@
 // alignment, windows) into this flat problem, so a kernel only loops; it never validates user input.
 
 import { halfToFloat32 } from '../float16.js';
+import type { FlexSpec } from './flex.js';
 
 /** A mask or bias read through broadcast strides: element (b, h, i, j) is data[b*sb + h*sh + i*sl + j*ss]. */
 export interface BroadcastView {
@@ -44,6 +45,11 @@ export interface AttentionProblem {
   mask?: BroadcastView;
   /** Added to the scaled scores. */
   bias?: BroadcastView;
+  /**
+   * Flex attention (flexAttention): a block mask, a mask mod and a score mod on top of the rules above
+   * (the score mod sees the scaled score plus bias). See kernels/flex.ts.
+   */
+  flex?: FlexSpec;
   /**
    * Float16 inputs as binary16 bits (same shapes as q, k, v). When present, q, k and v are empty and
    * only kernels with `float16: true` read these; runKernel widens them for the others.

@@ -5,6 +5,7 @@
 // One decision to know: the band (causal alignment + window) is three numbers, so the WASM kernel
 // receives it as data (shift, left, right) and evaluates the same rule; masks stay per-element.
 
+import { EMPTY, FULL, flexScore, flexTileKind, flexVisible } from './flex.js';
 import type { AttentionProblem } from './types.js';
 
 /** The fields the band rule reads. */
@@ -16,22 +17,39 @@ export function visibleRange(p: Band, i: number): [number, number] {
   return [Math.max(0, pos - p.left), Math.min(p.S - 1, pos + p.right)];
 }
 
-/** Whether the mask (if any) lets query i of pair (b, h) see key j; the band is not checked here. */
+/**
+ * Whether the mask (if any) and the flex rule (if any: block mask, then mask mod) let query i of pair
+ * (b, h) see key j; the band is not checked here.
+ */
 export function maskAllows(
-  p: Pick<AttentionProblem, 'mask'>,
+  p: Pick<AttentionProblem, 'mask' | 'flex'>,
   b: number,
   h: number,
   i: number,
   j: number,
 ): boolean {
   const m = p.mask;
-  if (!m) return true;
-  return m.data[b * m.sb + h * m.sh + i * m.sl + j * m.ss] !== 0;
+  if (m && m.data[b * m.sb + h * m.sh + i * m.sl + j * m.ss] === 0) return false;
+  return !p.flex || flexVisible(p.flex, b, h, i, j);
+}
+
+/** Score s of query i and key j of pair (b, h) with the bias added and the flex score mod applied. */
+export function finishScore(
+  p: Pick<AttentionProblem, 'bias' | 'flex'>,
+  b: number,
+  h: number,
+  i: number,
+  j: number,
+  s: number,
+): number {
+  const bias = p.bias;
+  if (bias) s += bias.data[b * bias.sb + h * bias.sh + i * bias.sl + j * bias.ss];
+  return p.flex ? flexScore(p.flex, s, b, h, i, j) : s;
 }
 
 /** Whether query i of pair (b, h) sees key j: inside its band and allowed by the mask. */
 export function isVisible(
-  p: Band & Pick<AttentionProblem, 'mask'>,
+  p: Band & Pick<AttentionProblem, 'mask' | 'flex'>,
   b: number,
   h: number,
   i: number,
@@ -59,19 +77,24 @@ export function rowsBand(
 export type BlockKind = 'empty' | 'full' | 'partial';
 
 /**
- * The tile rows [i0, i1) × keys [j0, j1): 'empty' when no row sees any of its keys by the band,
- * 'full' when every row sees every key by the band and there is no mask, else 'partial'.
+ * The tile rows [i0, i1) × keys [j0, j1) of pair (b, h): 'empty' when no row sees any of its keys by the
+ * band (or by a flex block mask), 'full' when every row sees every key by the band, there is no mask and
+ * the flex rule (if any) makes the tile full, else 'partial'. b and h matter only for a flex problem.
  */
 export function classifyBlock(
-  p: Band & Pick<AttentionProblem, 'mask'>,
+  p: Band & Pick<AttentionProblem, 'mask' | 'flex'>,
   i0: number,
   i1: number,
   j0: number,
   j1: number,
+  b = 0,
+  h = 0,
 ): BlockKind {
   const { lo, hi, innerLo, innerHi } = rowsBand(p, i0, i1);
   if (j1 - 1 < lo || j0 > hi) return 'empty';
-  return !p.mask && j0 >= innerLo && j1 - 1 <= innerHi ? 'full' : 'partial';
+  const flex = p.flex ? flexTileKind(p.flex, b, h, i0, i1, j0, j1) : FULL;
+  if (flex === EMPTY) return 'empty';
+  return !p.mask && flex === FULL && j0 >= innerLo && j1 - 1 <= innerHi ? 'full' : 'partial';
 }
 
 /** The fields kvRow and kvRun read. */

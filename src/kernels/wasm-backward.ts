@@ -429,6 +429,7 @@ export const wasmBackward: AttentionBackward = {
     const ok = wasmSupport();
     if (ok !== true) return ok;
     if (!inputs.out || !inputs.lse) return 'it needs the forward output and log-sum-exp (pass out and lse)';
+    if (p.flex) return 'flex attention backward runs on the JS kernels';
     return true;
   },
   task(p: BackwardProblem, inputs: BackwardInputs, grads: AttentionGrads, bkv: number): void {

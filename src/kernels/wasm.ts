@@ -6,6 +6,16 @@
 import { halfTable } from '../float16.js';
 import { flashKernel } from './flash.js';
 import {
+  EMPTY,
+  UNBOUNDED as FLEX_UNBOUNDED,
+  type FlexMaskProgram,
+  type FlexSpec,
+  FULL,
+  MaskOp,
+  PARTIAL,
+  ScoreOp,
+} from './flex.js';
+import {
   type AttentionKernel,
   type AttentionOutputs,
   type AttentionProblem,
@@ -45,6 +55,7 @@ interface KernelExports {
     biasSl: number,
     biasSs: number,
     vNonFinite: number,
+    flex: number,
   ): void;
   finish(out: number, m: number, l: number, acc: number, rows: number, EvPad: number, limit: number): number;
   nonFinite(p: number, n: number): number;
@@ -96,6 +107,7 @@ class AttentionDriver {
   private biasPtr = 0;
   private maskWhole = false;
   private biasWhole = false;
+  private flexPtr = 0;
   private stagePtr = 0;
   private vNonFinite = 0; // whether the V in memory holds NaN or ±∞ (attend then never multiplies 0 by it)
 
@@ -115,6 +127,10 @@ class AttentionDriver {
   }
 
   run(p: AttentionProblem, outputs: AttentionOutputs, bh: number, i0: number, i1: number): void {
+    if (p.flex) {
+      this.runFlex(p, p.flex, outputs, bh, i0, i1);
+      return;
+    }
     const { L, S, E, Ev, mask, bias } = p;
     const { out, lse } = outputs;
     // Float16 inputs are widened here, block by block, as they are copied into WASM memory.
@@ -250,6 +266,7 @@ class AttentionDriver {
             biasSl,
             biasSs,
             this.vNonFinite,
+            0,
           );
           c0 = c1;
         }
@@ -291,6 +308,295 @@ class AttentionDriver {
         while (end < rows && distrust(end)) end++;
         flashKernel.forwardRows(float32Of(p), { out, lse }, bh, r0 + r, r0 + end);
         r = end;
+      }
+    }
+  }
+
+  /**
+   * A flex call (see kernels/flex.ts): query rows go by query block (a chunk holds whole blocks, each
+   * packed from a 4-row boundary, so `attend` runs one block's rows at a time) and each block only
+   * meets its non-empty key blocks, runs of consecutive blocks of one kind merged into one `attend`
+   * call per K^T panel. Full blocks run as interior tiles (no per-key test); partial ones test the
+   * mask program in WASM, except its DIFF terms ANDed at the root, which become the band (so a causal
+   * or sliding-window mask runs the band path of scaledDotProductAttention). A score program runs on
+   * every non-empty tile.
+   */
+  private runFlex(
+    p: AttentionProblem,
+    f: FlexSpec,
+    outputs: AttentionOutputs,
+    bh: number,
+    i0: number,
+    i1: number,
+  ): void {
+    const { L, S, E, Ev, mask, bias } = p;
+    const { out, lse } = outputs;
+    const half = p.half;
+    const q = half ? half.q : p.q;
+    const k = half ? half.k : p.k;
+    const v = half ? half.v : p.v;
+    const { b, h, hk } = headsOf(p, bh);
+    const plan = f.mask ? (maskPlanOf(f.maskProgram!) as MaskPlan) : undefined;
+    const sprog = f.score ? f.scoreProgram : undefined;
+    // Bands relative to each query (shift 0): the problem's own on full tiles; on partial tiles also
+    // the mask program's DIFF terms (a full tile skips the mask mod, whatever its block mask says).
+    const fullBand: Band = { S, shift: 0, left: p.left - p.shift, right: p.right + p.shift };
+    const partBand: Band = plan
+      ? { S, shift: 0, left: Math.min(fullBand.left, plan.left), right: Math.min(fullBand.right, plan.right) }
+      : fullBand;
+    // Tile kinds; without a block mask, one block of every row and key.
+    const bl = f.blocks;
+    const qBlock = bl ? bl.qBlock : Math.max(L, 1);
+    const kvBlock = bl ? bl.kvBlock : Math.max(S, 1);
+    const nk = bl ? bl.nk : 1;
+    const kindBase = bl ? b * bl.sb + h * bl.sh : 0;
+    const noBlocks = f.mask ? PARTIAL : FULL;
+
+    const EvPad = pad(Math.max(Ev, 1), 8);
+    const kvCols = Math.max(8, Math.min(pad(S, 8), pad(Math.floor(KV_BUDGET / 4 / (E + EvPad)), 8)));
+    const whole = pad(S, 8) <= kvCols;
+    const qBudget = whole ? Q_BUDGET_WHOLE_KV : Q_BUDGET_STREAMED_KV;
+    const rowChunk = Math.max(4, Math.min(ROW_CHUNK, Math.floor(qBudget / (16 * E) / 4) * 4));
+    // Packed rows per chunk: each query block's rows start on a 4-row boundary (≤ 3 padding rows each).
+    const rowsMax = Math.min(rowChunk, pad(i1 - i0, 4) + 4 * (Math.ceil((i1 - i0) / qBlock) + 1));
+    const panels = Math.ceil(kvCols / COL_BLOCK);
+
+    // Memory map: as `run`, plus the flex data (mask program, document ids, score program, its floats)
+    // after the mask and bias, and the program's stack rows and two descriptors after the score tile.
+    const ex = this.exports;
+    const base = this.rt.base;
+    const tileViewBytes = pad(rowsMax * COL_BLOCK * 4, 16);
+    const maskWhole = !!mask && mask.data.length * 4 <= WHOLE_VIEW_BYTES;
+    const biasWhole = !!bias && bias.data.length * 4 <= WHOLE_VIEW_BYTES;
+    const maskBytes = mask ? (maskWhole ? pad(mask.data.length * 4, 16) : tileViewBytes) : 0;
+    const biasBytes = bias ? (biasWhole ? pad(bias.data.length * 4, 16) : tileViewBytes) : 0;
+    const progOps = plan ? plan.ops : NO_INTS;
+    const ints = plan ? f.maskProgram!.ints : NO_INTS;
+    const scoreOps = sprog ? sprog.ops : NO_INTS;
+    const floats = sprog ? sprog.floats : NO_FLOATS;
+    const flexPtr = base + maskBytes + biasBytes;
+    const intsPtr = flexPtr + pad(progOps.length * 4, 16);
+    const scorePtr = intsPtr + pad((ints.length + 8) * 4, 16); // ids padded: see flexRow's SAME_DOC
+    const floatsPtr = scorePtr + pad(scoreOps.length * 4, 16);
+    const ktPtr = floatsPtr + pad(floats.length * 4, 16);
+    const vPtr = ktPtr + panels * E * PANEL_LD * 4;
+    const qPtr = vPtr + kvCols * EvPad * 4;
+    const mPtr = qPtr + rowsMax * E * 16;
+    const lPtr = mPtr + rowsMax * 4;
+    const accPtr = lPtr + rowsMax * 4;
+    const tilePtr = accPtr + rowsMax * EvPad * 4;
+    const tileBytes = ex.tileBytes();
+    const stackPtr = tilePtr + pad(tileBytes, 16);
+    const descPtr = stackPtr + Math.max(1, plan ? plan.depth : 0) * pad(tileBytes / 4, 16);
+    const stagePtr = descPtr + 64;
+    this.ensure(stagePtr + Math.max(kvCols, rowsMax) * E * 4);
+    this.stagePtr = stagePtr;
+    const i32 = new Int32Array(this.f32.buffer);
+    if (
+      this.problem !== callId(p) ||
+      this.maskPtr !== base ||
+      this.biasPtr !== base + maskBytes ||
+      this.flexPtr !== flexPtr
+    ) {
+      this.problem = callId(p);
+      this.kvKey = '';
+      this.maskPtr = base;
+      this.biasPtr = base + maskBytes;
+      this.flexPtr = flexPtr;
+      this.maskWhole = maskWhole;
+      this.biasWhole = biasWhole;
+      if (mask && maskWhole) this.f32.set(mask.data, this.maskPtr / 4);
+      if (bias && biasWhole) this.f32.set(bias.data, this.biasPtr / 4);
+      i32.set(progOps, flexPtr / 4);
+      i32.set(ints, intsPtr / 4);
+      i32.fill(0, intsPtr / 4 + ints.length, intsPtr / 4 + ints.length + 8);
+      i32.set(scoreOps, scorePtr / 4);
+      this.f32.set(floats, floatsPtr / 4);
+    }
+    // Descriptors (flexRow): full tiles run the score program only, partial ones the mask program too.
+    const nScore = scoreOps.length / 4;
+    const nProg = progOps.length / 3;
+    i32.set([0, 0, intsPtr, stackPtr, scorePtr, nScore, floatsPtr, h], descPtr / 4);
+    i32.set([flexPtr, nProg, intsPtr, stackPtr, scorePtr, nScore, floatsPtr, h], descPtr / 4 + 8);
+    const descFull = nScore > 0 ? descPtr : 0;
+    const descPart = nScore > 0 || nProg > 0 ? descPtr + 32 : 0;
+    const f32 = this.f32;
+    const qScale = p.scale * Math.LOG2E;
+    const cap = (x: number) => Math.max(-UNBOUNDED, Math.min(x, UNBOUNDED));
+
+    for (let r = i0; r < i1; ) {
+      // The chunk: whole query blocks (the first and last may be cut by i0, i1), ≤ rowsMax packed rows.
+      const segs: Segment[] = [];
+      let packed = 0;
+      while (r < i1 && packed < rowsMax) {
+        const qb = Math.floor(r / qBlock);
+        let end = Math.min(i1, (qb + 1) * qBlock);
+        if (end - r > rowsMax - packed) {
+          if (segs.length > 0) break;
+          end = r + rowsMax; // a query block longer than a chunk: its rows in several chunks
+        }
+        segs.push({ a: r, b: end, po: packed, qb, runs: [] });
+        packed += pad(end - r, 4);
+        r = end;
+      }
+      const r0 = segs[0].a;
+      const rows = segs[segs.length - 1].b - r0;
+      const qFrom = (bh * L + r0) * E;
+      const stage = stagePtr / 4;
+      if (half) {
+        const t = halfTable();
+        for (let x = 0; x < rows * E; x++) f32[stage + x] = t[q[qFrom + x]];
+      } else f32.set((q as Float32Array).subarray(qFrom, qFrom + rows * E), stage);
+      for (const seg of segs) {
+        ex.packQ(stagePtr + (seg.a - r0) * E * 4, seg.b - seg.a, E, qPtr + seg.po * E * 16, qScale);
+      }
+      ex.reset(mPtr, lPtr, accPtr, packed, EvPad);
+
+      // Each block's runs of non-empty key blocks, clipped to its band.
+      let runEnd = 0;
+      for (const seg of segs) {
+        const full = rowsBand(fullBand, seg.a, seg.b);
+        const part = plan ? rowsBand(partBand, seg.a, seg.b) : full;
+        let prev: Run | undefined;
+        for (let kb = 0; kb < nk; kb++) {
+          const kind = bl ? bl.kinds[kindBase + seg.qb * nk + kb] : noBlocks;
+          if (kind === EMPTY) continue;
+          const band = kind === FULL ? fullBand : partBand;
+          if (band.left + band.right < 0) continue; // the band is empty: no row sees a key
+          const rb = kind === FULL ? full : part;
+          const c0 = Math.max(kb * kvBlock, rb.lo);
+          const c1 = Math.min(S, (kb + 1) * kvBlock, rb.hi + 1);
+          if (c0 >= c1) continue;
+          if (prev && prev.kind === kind && prev.c1 === c0) {
+            prev.c1 = c1;
+          } else {
+            const desc = kind === FULL ? descFull : descPart;
+            prev = {
+              kind,
+              c0,
+              c1,
+              band,
+              innerLo: rb.innerLo,
+              innerHi: rb.innerHi,
+              left: cap(band.left),
+              right: cap(band.right),
+              desc,
+              unclamped: !mask && !bias && desc === 0,
+            };
+            seg.runs.push(prev);
+          }
+          runEnd = Math.max(runEnd, c1);
+        }
+      }
+
+      // K and V: the whole head once, or streamed in chunks over the keys some run needs.
+      for (let next = nextKey(segs, 0); next >= 0; ) {
+        const from = whole ? 0 : next;
+        const s1 = whole ? S : Math.min(runEnd, next + kvCols);
+        next = whole ? -1 : nextKey(segs, s1);
+        this.loadKV(p, b, hk, from, s1, ktPtr, vPtr, EvPad, k, v);
+        for (const seg of segs) {
+          const n = seg.b - seg.a;
+          for (const run of seg.runs) {
+            const end = Math.min(run.c1, s1);
+            for (let c0 = Math.max(run.c0, from); c0 < end; ) {
+              const panel = Math.floor((c0 - from) / COL_BLOCK);
+              const c1 = Math.min(end, from + (panel + 1) * COL_BLOCK); // never past the panel
+              const ktAt = ktPtr + (panel * E * PANEL_LD + (c0 - from - panel * COL_BLOCK)) * 4;
+              const [maskAt, maskSl, maskSs] = this.viewArgs(
+                mask,
+                this.maskWhole,
+                this.maskPtr,
+                b,
+                h,
+                seg.a,
+                c0,
+                n,
+                c1 - c0,
+              );
+              const [biasAt, biasSl, biasSs] = this.viewArgs(
+                bias,
+                this.biasWhole,
+                this.biasPtr,
+                b,
+                h,
+                seg.a,
+                c0,
+                n,
+                c1 - c0,
+              );
+              ex.attend(
+                qPtr + seg.po * E * 16,
+                ktAt,
+                vPtr + (c0 - from) * EvPad * 4,
+                tilePtr,
+                mPtr + seg.po * 4,
+                lPtr + seg.po * 4,
+                accPtr + seg.po * EvPad * 4,
+                n,
+                c1 - c0,
+                E,
+                PANEL_LD,
+                EvPad,
+                seg.a,
+                c0,
+                0,
+                run.left,
+                run.right,
+                c0 >= run.innerLo && c1 - 1 <= run.innerHi ? 0 : 1,
+                maskAt,
+                maskSl,
+                maskSs,
+                biasAt,
+                biasSl,
+                biasSs,
+                this.vNonFinite,
+                run.desc,
+              );
+              c0 = c1;
+            }
+          }
+        }
+      }
+
+      const flagged = ex.finish(accPtr, mPtr, lPtr, accPtr, packed, EvPad, TRUSTED_MAX);
+      const m0 = mPtr / 4;
+      for (const seg of segs) {
+        const n = seg.b - seg.a;
+        const acc0 = accPtr / 4 + seg.po * EvPad;
+        if (out && EvPad === Ev) out.set(f32.subarray(acc0, acc0 + n * Ev), (bh * L + seg.a) * Ev);
+        else if (out) {
+          for (let x = 0; x < n; x++) {
+            out.set(f32.subarray(acc0 + x * EvPad, acc0 + x * EvPad + Ev), (bh * L + seg.a + x) * Ev);
+          }
+        }
+        if (lse) {
+          for (let x = 0; x < n; x++) {
+            const m = f32[m0 + seg.po + x];
+            lse[bh * L + seg.a + x] =
+              m === Number.NEGATIVE_INFINITY ? m : m * Math.LN2 + Math.log(f32[lPtr / 4 + seg.po + x]);
+          }
+        }
+      }
+      // Rows float32 could not be trusted with (as in `run`), recomputed by the JS tiled kernel: those
+      // finish flagged, and those that saw nothing though a tile that does not clamp overflows (full
+      // tiles, band-only tiles) had keys for them: every score overflowed to −∞. A row that saw nothing
+      // on tiles that clamp is legitimately blocked (zeros, lse −∞).
+      for (const seg of segs) {
+        const distrust = (x: number): boolean => {
+          const m = f32[m0 + seg.po + x];
+          if (Number.isNaN(m)) return true;
+          return m === Number.NEGATIVE_INFINITY && seesUnclamped(seg, seg.a + x);
+        };
+        const n = seg.b - seg.a;
+        const any = flagged > 0 || seg.runs.some((run) => run.unclamped);
+        for (let x = 0; any && x < n; x++) {
+          if (!distrust(x)) continue;
+          let end = x + 1;
+          while (end < n && distrust(end)) end++;
+          flashKernel.forwardRows(float32Of(p), { out, lse }, bh, seg.a + x, seg.a + end);
+          x = end;
+        }
       }
     }
   }
@@ -406,6 +712,184 @@ class AttentionDriver {
   }
 }
 
+/** The rows of one query block in a chunk: [a, b), packed from row `po`, and its runs of key blocks. */
+interface Segment {
+  a: number;
+  b: number;
+  po: number;
+  qb: number;
+  runs: Run[];
+}
+
+/** Keys [c0, c1) of one kind for a segment, with the band and flex descriptor `attend` gets for them. */
+interface Run {
+  kind: number;
+  c0: number;
+  c1: number;
+  band: Band;
+  innerLo: number;
+  innerHi: number;
+  left: number;
+  right: number;
+  desc: number;
+  /** Run without any per-key pass (no mask, bias or flex descriptor): overflows to −∞ stay −∞. */
+  unclamped: boolean;
+}
+
+const NO_INTS = new Int32Array(0);
+const NO_FLOATS = new Float32Array(0);
+
+/** The first key ≥ from that some run of the chunk needs, or −1. */
+function nextKey(segs: Segment[], from: number): number {
+  let best = -1;
+  for (const seg of segs) {
+    for (const run of seg.runs) {
+      if (run.c1 <= from) continue;
+      const c = Math.max(run.c0, from);
+      if (best < 0 || c < best) best = c;
+    }
+  }
+  return best;
+}
+
+/** Whether query i sees a key of a run that does not clamp overflowed scores. */
+function seesUnclamped(seg: Segment, i: number): boolean {
+  for (const run of seg.runs) {
+    if (!run.unclamped) continue;
+    const [lo, hi] = visibleRange(run.band, i);
+    if (Math.max(lo, run.c0) <= Math.min(hi, run.c1 - 1)) return true;
+  }
+  return false;
+}
+
+/**
+ * A mask program as the WASM kernel runs it: its DIFF terms ANDed at the root as a band relative to
+ * the query (key j visible iff i − left ≤ j ≤ i + right), the other terms as a program (postfix, ANDed;
+ * empty when nothing is left), with the stack depth it needs.
+ */
+interface MaskPlan {
+  left: number;
+  right: number;
+  ops: Int32Array;
+  depth: number;
+}
+
+interface MaskNode {
+  op: number;
+  a: number;
+  b: number;
+  kids?: [MaskNode, MaskNode];
+}
+
+const maskPlans = new WeakMap<FlexMaskProgram, MaskPlan | string>();
+
+/** The kernel's plan of a mask program (cached per program), or why it cannot run it. */
+function maskPlanOf(p: FlexMaskProgram): MaskPlan | string {
+  let plan = maskPlans.get(p);
+  if (plan === undefined) {
+    plan = planMask(p);
+    maskPlans.set(p, plan);
+  }
+  return plan;
+}
+
+function planMask(p: FlexMaskProgram): MaskPlan | string {
+  const { ops } = p;
+  if (ops.length % 3 !== 0) return `its program has ${ops.length} numbers, not triplets`;
+  const stack: MaskNode[] = [];
+  for (let x = 0; x < ops.length; x += 3) {
+    const op = ops[x];
+    if (op === MaskOp.AND || op === MaskOp.OR) {
+      if (stack.length < 2) return `its program's instruction ${x / 3} pops an empty stack`;
+      const y = stack.pop()!;
+      const z = stack.pop()!;
+      stack.push({ op, a: 0, b: 0, kids: [z, y] });
+    } else if (op === MaskOp.TRUE || op === MaskOp.DIFF || op === MaskOp.KV_BELOW || op === MaskOp.SAME_DOC) {
+      stack.push({ op, a: ops[x + 1], b: ops[x + 2] });
+    } else return `its program has an unknown opcode ${op}`;
+  }
+  const root = stack.pop() ?? { op: MaskOp.TRUE, a: 0, b: 0 };
+  const terms: MaskNode[] = [];
+  const conjuncts = (n: MaskNode): void => {
+    if (n.op === MaskOp.AND && n.kids) {
+      conjuncts(n.kids[0]);
+      conjuncts(n.kids[1]);
+    } else terms.push(n);
+  };
+  conjuncts(root);
+  let left = Number.POSITIVE_INFINITY;
+  let right = Number.POSITIVE_INFINITY;
+  const rest: number[] = [];
+  const emit = (n: MaskNode): void => {
+    if (n.kids) {
+      emit(n.kids[0]);
+      emit(n.kids[1]);
+    }
+    rest.push(n.op, n.a, n.b);
+  };
+  for (const n of terms) {
+    if (n.op === MaskOp.TRUE) continue;
+    if (n.op === MaskOp.DIFF) {
+      // a ≤ i − j ≤ b ⇔ i − b ≤ j ≤ i − a
+      if (n.b < FLEX_UNBOUNDED) left = Math.min(left, n.b);
+      if (n.a > -FLEX_UNBOUNDED) right = Math.min(right, -n.a);
+      continue;
+    }
+    const first = rest.length === 0;
+    emit(n);
+    if (!first) rest.push(MaskOp.AND, 0, 0);
+  }
+  let depth = 0;
+  let sp = 0;
+  for (let x = 0; x < rest.length; x += 3) {
+    sp += rest[x] === MaskOp.AND || rest[x] === MaskOp.OR ? -1 : 1;
+    depth = Math.max(depth, sp);
+  }
+  return { left, right, ops: Int32Array.from(rest), depth };
+}
+
+/** Why the WASM kernel cannot run this flex problem's mods, or true. */
+function flexSupport(p: AttentionProblem, f: FlexSpec): true | string {
+  const js = "is a JS function: it runs on the JS kernels ('flash', 'reference')";
+  if (f.mask && !f.maskProgram) return `maskMod ${f.maskName} ${js}`;
+  if (f.score && !f.scoreProgram) return `scoreMod ${f.scoreName} ${js}`;
+  if (f.mask) {
+    const prog = f.maskProgram!;
+    const plan = maskPlanOf(prog);
+    if (typeof plan === 'string') return `maskMod ${f.maskName}: ${plan}`;
+    const { ops, ints } = prog;
+    for (let x = 0; x < ops.length; x += 3) {
+      if (
+        ops[x] === MaskOp.SAME_DOC &&
+        !(ops[x + 1] >= 0 && ops[x + 1] + Math.max(p.L, p.S) <= ints.length)
+      ) {
+        return `maskMod ${f.maskName}: its document ids do not cover the ${Math.max(p.L, p.S)} positions of this call`;
+      }
+    }
+  }
+  if (f.score) {
+    const { ops, floats } = f.scoreProgram!;
+    if (ops.length % 4 !== 0)
+      return `scoreMod ${f.scoreName}: its program has ${ops.length} numbers, not quads`;
+    for (let x = 0; x < ops.length; x += 4) {
+      const [op, a, b, c] = [ops[x], ops[x + 1], ops[x + 2], ops[x + 3]];
+      const need =
+        op === ScoreOp.ALIBI
+          ? a + p.Hq
+          : op === ScoreOp.SOFTCAP
+            ? a + 1
+            : op === ScoreOp.REL_BIAS && b >= 0
+              ? a + (c > 1 ? p.Hq : 1) * (2 * b + 1)
+              : Number.NaN;
+      if (Number.isNaN(need)) return `scoreMod ${f.scoreName}: its program has an unknown opcode ${op}`;
+      if (a < 0 || need > floats.length) {
+        return `scoreMod ${f.scoreName}: its program reads past its ${floats.length} numbers`;
+      }
+    }
+  }
+  return true;
+}
+
 const drivers = new WeakMap<WasmRuntime, AttentionDriver>();
 
 const widenedProblems = new WeakMap<AttentionProblem, AttentionProblem>();
@@ -430,6 +914,7 @@ export const wasmKernel: AttentionKernel = {
     if (ok !== true) return ok;
     // Exact backward passes and gradient checks ask for float64 scores and log-sum-exp.
     if (p.precision === 'float64') return 'it computes scores in float32; this call asks for float64';
+    if (p.flex) return flexSupport(p, p.flex);
     return true;
   },
   release: releaseWasm,

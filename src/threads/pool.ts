@@ -9,20 +9,27 @@ import type { FromWorker, Job, ToWorker } from './protocol.js';
 
 /** The little a pool needs from a worker. */
 export interface PoolWorker {
+  /** Sends a message to the worker. */
   post(message: ToWorker): void;
+  /** Registers the handler of the worker's messages. */
   onMessage(handler: (message: FromWorker) => void): void;
   /** Called with the error of a worker that failed outside a job (it is then discarded). */
   onError(handler: (error: Error) => void): void;
   /** Keep the process alive while busy (Node); no-ops elsewhere. */
   ref(): void;
+  /** Let the process exit while the worker is idle (Node); a no-op elsewhere. */
   unref(): void;
+  /** Stops the worker. */
   terminate(): void;
 }
 
 /** What a platform provides: workers, a core count, and whether shared memory works. */
 export interface Platform {
+  /** The platform's name, e.g. 'node' or 'browser'. */
   name: string;
+  /** Starts one worker. */
   createWorker(): PoolWorker;
+  /** Cores of this machine (the default thread count). */
   cores(): number;
   /** '' when SharedArrayBuffer and Atomics are usable, else why not (e.g. no cross-origin isolation). */
   sharedMemoryUnavailable(): string;

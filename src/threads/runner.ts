@@ -8,10 +8,25 @@ import { SharedBuffers } from './buffers.js';
 import { DEFAULT_IDLE_MS, type Platform, Pool } from './pool.js';
 import { HEADER, type Job } from './protocol.js';
 
+/**
+ * The "runs on one thread" reasons already said in this process, shared by every runtime (each
+ * createRuntime() has its own runner) and every copy of this module (a bundle and a direct import), so a
+ * reason is said once per process. Made on first use: importing qkv touches no global.
+ */
+function saidReasons(): Set<string> {
+  const key = Symbol.for('qkv.oneThreadWarnings');
+  const global = globalThis as { [key: symbol]: Set<string> | undefined };
+  let said = global[key];
+  if (!said) {
+    said = new Set();
+    global[key] = said;
+  }
+  return said;
+}
+
 export class ThreadRunner {
   private pool: Pool | undefined;
   private readonly buffers = new SharedBuffers();
-  private warned = false;
   private idle: number;
 
   constructor(
@@ -41,11 +56,11 @@ export class ThreadRunner {
     return Math.max(1, Math.floor(this.platform.cores()) || 1);
   }
 
-  /** '' when workers can run; otherwise why not, which `fn` says once on the console. */
+  /** '' when workers can run; otherwise why not, which the first `fn` to meet it says once per process. */
   unavailable(fn: string): string {
     const reason = this.platform.sharedMemoryUnavailable();
-    if (reason && !this.warned) {
-      this.warned = true;
+    if (reason && !saidReasons().has(reason)) {
+      saidReasons().add(reason);
       console.warn(`qkv: ${fn} runs on one thread: ${reason}`);
     }
     return reason;

@@ -54,6 +54,7 @@ export interface TrainPlatform {
   cores(): number;
   /** '' when SharedArrayBuffer and Atomics.wait work here, else why not. */
   sharedMemoryUnavailable(): string;
+  /** Starts training thread `init.index` (shard w of the batch), given the shared buffers it works in. */
   startWorker(init: TrainWorkerInit): TrainWorkerHandle;
 }
 

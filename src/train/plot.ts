@@ -41,6 +41,37 @@ function niceTicks(lo: number, hi: number, count = 5): number[] {
   return ticks;
 }
 
+/**
+ * Ticks of a log axis over [lo, hi] (log10 units) whose labels are `pixels` apart per unit: the richest of
+ * 1‥9 × 10ᵏ, 1, 2, 5 × 10ᵏ and 10ᵏ whose neighbouring labels are at least `minGap` px apart, else every
+ * few decades. Values are returned as numbers (0.2, not its log).
+ */
+function logTicks(lo: number, hi: number, pixels: number, minGap = 16): number[] {
+  const inRange = (v: number) => Math.log10(v) >= lo - 1e-9 && Math.log10(v) <= hi + 1e-9;
+  for (const mantissas of [[1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2, 5], [1]]) {
+    const ticks: number[] = [];
+    for (let k = Math.floor(lo); k <= Math.ceil(hi); k++) {
+      for (const m of mantissas) {
+        const v = Number((m * 10 ** k).toPrecision(12));
+        if (inRange(v)) ticks.push(v);
+      }
+    }
+    const gaps = ticks.slice(1).map((v, i) => (Math.log10(v) - Math.log10(ticks[i])) * pixels);
+    if (ticks.length >= 2 && Math.min(...gaps) >= minGap) return ticks;
+  }
+  // Decades too close (or a range too short for two ticks): round decade steps, as on a linear axis.
+  const decades = niceTicks(
+    Math.floor(lo),
+    Math.ceil(hi),
+    Math.max(1, Math.floor((hi - lo) * (pixels / minGap))),
+  )
+    .filter((t) => Number.isInteger(t) && t >= lo - 1e-9 && t <= hi + 1e-9)
+    .map((t) => 10 ** t);
+  if (decades.length >= 2) return decades;
+  // Less than a decade between two 1‥9 × 10ᵏ: round values, as on a linear axis.
+  return niceTicks(10 ** lo, 10 ** hi, 3).filter(inRange);
+}
+
 function fmtTick(x: number): string {
   if (x === 0) return '0';
   if (Math.abs(x) >= 1e4 || Math.abs(x) < 1e-3) return x.toExponential(0);
@@ -103,16 +134,15 @@ export function lineChartSvg(series: readonly PlotSeries[], options: PlotOptions
     `<rect width="${width}" height="${height}" fill="white"/>`,
     `<text x="${width / 2}" y="20" text-anchor="middle" font-size="14">${escapeXml(title)}</text>`,
   ];
+  // Tick values (not their logs): on a log axis 1, 2, 5 × 10ᵏ (or more, or fewer) as the height allows.
   const yTicks = logY
-    ? niceTicks(Math.floor(yLo), Math.ceil(yHi), Math.max(1, Math.ceil(yHi) - Math.floor(yLo))).filter(
-        (t) => Number.isInteger(t) && t >= yLo - 1e-9 && t <= yHi + 1e-9,
-      )
+    ? logTicks(yLo, yHi, ph / (yHi - yLo))
     : niceTicks(yLo, yHi).filter((t) => t >= yLo - 1e-9 && t <= yHi + 1e-9);
   for (const t of yTicks) {
-    const y = Y(t).toFixed(1);
+    const y = Y(fy(t)).toFixed(1);
     parts.push(`<line x1="${m.left}" x2="${m.left + pw}" y1="${y}" y2="${y}" stroke="#e5e5e5"/>`);
     parts.push(
-      `<text x="${m.left - 6}" y="${y}" text-anchor="end" dominant-baseline="middle">${fmtTick(logY ? 10 ** t : t)}</text>`,
+      `<text x="${m.left - 6}" y="${y}" text-anchor="end" dominant-baseline="middle">${fmtTick(t)}</text>`,
     );
   }
   for (const t of niceTicks(1, xMax).filter((t) => t >= 1 && t <= xMax)) {

@@ -20,6 +20,7 @@ import { sequenceTask, type Task, type TaskDefaults } from './tasks.js';
 
 /** The names `qkv train --task` and getTask accept (scaling is a CLI experiment built on `copy`). */
 export const TASK_NAMES = ['pronoun', 'copy', 'reverse', 'induction'] as const;
+/** A built-in task's name: one of {@link TASK_NAMES}. */
 export type TaskName = (typeof TASK_NAMES)[number];
 
 /** A built-in task by name. */

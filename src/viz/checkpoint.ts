@@ -102,7 +102,7 @@ export function stackFromSafetensors(bytes: Uint8Array, name = 'checkpoint'): Ch
     fail(`qkv.config field 'dModel' says ${dModel} but embedding.weight is [${shape}]`);
   }
   const task = metadata['qkv.task'] ? `task ${metadata['qkv.task']}, ` : '';
-  const step = stepText ? `, ${stepText} steps` : '';
+  const step = stepText ? `, ${stepText} ${stepText === '1' ? 'step' : 'steps'}` : '';
   const kind = c.causal ? 'decoder' : 'encoder';
   const unscaled = c.scaleScores === false ? ', scores not scaled by 1/√d_k' : '';
   const rotary = positions === 'rope' ? `, RoPE${ropeBase === 10000 ? '' : ` base ${ropeBase}`}` : '';

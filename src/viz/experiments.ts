@@ -6,6 +6,7 @@
 import { attentionWeights } from '../attention/sdpa.js';
 import { Tensor } from '../tensor.js';
 
+/** How peaked attention weights are: {@link softmaxStats}'s result. */
 export interface SoftmaxStats {
   /** Rows that have any weight (fully masked rows are skipped). */
   rows: number;

@@ -35,11 +35,13 @@ export interface HeatmapTheme {
   masked: Rgb;
 }
 
+/** The light theme: dark text on white (the default of `qkv viz` and of exported images). */
 export const LIGHT_THEME: HeatmapTheme = {
   background: [255, 255, 255],
   foreground: [28, 30, 36],
   masked: [214, 214, 220],
 };
+/** The dark theme: light text on a near-black background (`qkv viz --theme dark`). */
 export const DARK_THEME: HeatmapTheme = {
   background: [22, 24, 30],
   foreground: [228, 230, 236],

@@ -17,6 +17,16 @@ import {
 } from './layout.js';
 import { encodePng, type RgbaImage, type ZlibDeflate } from './png.js';
 
+/** Length of a legend tick mark, from the bar's right edge (CSS px). */
+export const LEGEND_TICK_LENGTH = 3;
+/**
+ * Where a legend tick's label starts, from the bar's right edge (CSS px). The gap after the tick mark is
+ * wider than the font's space between a minus sign and a digit, so "0.5" never reads as "−0.5" (the tick
+ * and the minus are the same bar on the same row).
+ */
+export const LEGEND_LABEL_OFFSET = 8;
+
+/** Options of {@link rasterizeHeatmap} and {@link renderHeatmapPng}. */
 export interface RasterOptions {
   /** Device pixels per CSS pixel (a positive integer); default 2 for crisp exports. */
   pixelRatio?: number;
@@ -78,7 +88,7 @@ export function paintHeatmap(
       img,
       (legend.x + legend.width) * ratio,
       tick.y * ratio - ratio / 2,
-      3 * ratio,
+      LEGEND_TICK_LENGTH * ratio,
       ratio,
       theme.foreground,
     );
@@ -141,7 +151,7 @@ export function drawBitmapLabels(
     drawText(img, label, gridX + (j + 0.5) * cellWidth, gridY - 4, ratio, fg, true);
   });
   for (const tick of layout.legend.ticks) {
-    drawText(img, tick.text, layout.legend.x + layout.legend.width + 5, tick.y, ratio, fg);
+    drawText(img, tick.text, layout.legend.x + layout.legend.width + LEGEND_LABEL_OFFSET, tick.y, ratio, fg);
   }
   if (layout.hasMasked) {
     const sw = layout.maskedSwatch;

@@ -12,9 +12,11 @@ import {
   LIGHT_THEME,
 } from './layout.js';
 import { encodePng, type ZlibDeflate } from './png.js';
-import { createImage, paintHeatmap } from './raster.js';
+import { createImage, LEGEND_LABEL_OFFSET, LEGEND_TICK_LENGTH, paintHeatmap } from './raster.js';
 
+/** Options of {@link renderHeatmapSvg}. */
 export interface SvgOptions {
+  /** Colours of the background, text and masked cells; default {@link LIGHT_THEME}. */
   theme?: HeatmapTheme;
   /** Compressor for the embedded PNG of large grids (node:zlib's deflateSync in Node). */
   deflate?: ZlibDeflate;
@@ -117,10 +119,12 @@ export function renderHeatmapSvg(spec: HeatmapSpec, options: SvgOptions = {}): s
     `<defs><linearGradient id="qkv-legend" x1="0" y1="0" x2="0" y2="1">${stops.join('')}</linearGradient></defs>`,
     `<rect x="${legend.x}" y="${legend.y}" width="${legend.width}" height="${legend.height}" fill="url(#qkv-legend)"/>`,
   );
+  // A gap between tick mark and label, so the mark does not read as a minus sign (raster.ts).
+  const right = legend.x + legend.width;
   for (const t of legend.ticks) {
     out.push(
-      `<line x1="${legend.x + legend.width}" x2="${legend.x + legend.width + 3}" y1="${t.y}" y2="${t.y}" stroke="${fg}"/>`,
-      `<text x="${legend.x + legend.width + 5}" y="${t.y}" dominant-baseline="central" fill="${fg}">${escapeXml(t.text)}</text>`,
+      `<line x1="${right}" x2="${right + LEGEND_TICK_LENGTH}" y1="${t.y}" y2="${t.y}" stroke="${fg}"/>`,
+      `<text x="${right + LEGEND_LABEL_OFFSET}" y="${t.y}" dominant-baseline="central" fill="${fg}">${escapeXml(t.text)}</text>`,
     );
   }
   if (L.hasMasked) {

@@ -1,6 +1,7 @@
 // The playground page: reads the controls, asks the worker for a trace, and renders the four views; the
 // Train tab (train.ts) runs in a worker of its own and can hand its model over ("Use this model"), and the
-// Generate tab (generate.ts, a worker of its own too) continues prompts with a decoder.
+// Generate tab (generate.ts, a worker of its own too) continues prompts with a decoder; the Flex tab
+// (flex.ts) shows mask and score mods, their block masks and weights, computed on this thread.
 // One decision to know: the page holds no model maths — it only sends the state to the worker and draws
 // what comes back; at most one request is in flight and the newest state always wins.
 
@@ -15,6 +16,7 @@ import {
   saturationHtml,
   symmetryHtml,
 } from './experiments.js';
+import { setupFlexPanel } from './flex.js';
 import { setupGeneratePanel } from './generate.js';
 import { drawHeadView, headColor, queryAt } from './headview.js';
 import { currentTheme, HeatmapCard } from './heatmap.js';
@@ -222,6 +224,7 @@ function render(t: TraceResult): void {
   renderExperiments(t);
   initialBlocked = undefined;
   saveToHash();
+  flexPanel.saveToHash(); // the Flex tab's keys, which saveToHash does not know
   // For the browser tests: how many traces have been drawn, and how long the last drawing took.
   document.body.dataset.renders = String(++renders);
   document.body.dataset.renderMs = (performance.now() - t0).toFixed(1);
@@ -372,10 +375,12 @@ function renderExperiments(t: TraceResult): void {
 // ---- tabs -------------------------------------------------------------------------------------------
 
 const generatePanel = setupGeneratePanel();
+const flexPanel = setupFlexPanel();
 const selectTab = setupTabs((id) => {
   if (id === 'tab-head') renderHeadView();
   if (id === 'tab-model') renderModel();
   if (id === 'tab-generate') generatePanel.shown();
+  if (id === 'tab-flex') flexPanel.shown();
 });
 
 // ---- the Train tab's model in the other views --------------------------------------------------------
