@@ -55,17 +55,8 @@ export async function prepareQkvTrain(impl: Extract<T1Impl, { kind: 'qkv' }>): P
     { seed: 1 },
   );
   const { ids, targets } = t1Batch();
+  if (impl.threads > 1) return prepareParallelTrain(impl.threads, model.config);
   const forwardOptions: Record<string, unknown> = {};
-  if (impl.threads > 1) {
-    forwardOptions['threads'] = impl.threads;
-    try {
-      model.forward(ids.subarray(0, L), 1, L, forwardOptions); // a probe: is there a threads option?
-    } catch (error) {
-      const message = error instanceof Error ? error.message : String(error);
-      if (!message.includes('threads')) throw error;
-      throw new Error('n/a: training is single-threaded (TinyTransformer.forward has no threads option)');
-    }
-  }
   const optimizer = new autograd.AdamW(model.parameters(), { weightDecay: T1.weightDecay });
   return async () => {
     const { logits } = model.forward(ids, B, L, forwardOptions);
@@ -75,4 +66,38 @@ export async function prepareQkvTrain(impl: Extract<T1Impl, { kind: 'qkv' }>): P
     optimizer.zeroGrad();
     return loss.data[0];
   };
+}
+
+/**
+ * The same step on `threads` threads: qkv's data-parallel Trainer (the batch split by rows, one shard on
+ * each thread, gradients summed) over a task whose every batch is T1's, at T1's constant learning rate
+ * (warm-up 0 and a cosine over 10⁶ steps: the rate moves by < 1e-10 in a run) with no clipping, as the
+ * one-thread row; the same weights (seed 1).
+ */
+async function prepareParallelTrain(threads: number, config: Record<string, unknown>): Promise<TrainStep> {
+  const qkv = (await import('qkv')) as Qkv & Record<string, unknown>;
+  const { Trainer, WordTokenizer } = qkv;
+  const platform = qkv['nodeTrainPlatform'];
+  if (platform === undefined) throw new Error('not available: this build has no nodeTrainPlatform');
+  const batch = t1Batch();
+  const tokenizer = new WordTokenizer(Array.from({ length: T1.vocabSize }, (_, i) => `t${i}`));
+  if (tokenizer.vocabSize !== T1.vocabSize)
+    throw new Error(`T1's tokenizer has ${tokenizer.vocabSize} tokens`);
+  const task = {
+    name: 't1',
+    description: "T1's fixed batch",
+    tokenizer,
+    model: config,
+    defaults: { steps: 1_000_000, batchSize: T1.batch, lr: T1.lr, warmup: 0 },
+    batch: () => ({ ids: batch.ids, targets: batch.targets, B: T1.batch, L: T1.seqLen }),
+  };
+  const trainer = new Trainer({
+    task: task as never,
+    seed: 1,
+    clip: Number.POSITIVE_INFINITY,
+    weightDecay: T1.weightDecay,
+    threads,
+    platform: platform as never,
+  });
+  return async () => trainer.trainStep().loss;
 }
