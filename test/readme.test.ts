@@ -2,13 +2,23 @@
 // that imports from 'qkv' (or 'qkv/onnx') is its own module with its own import lines, type-checks
 // against the package's shipped types (tsc, strict), and runs with Node. Nothing is injected: a block that
 // uses a name it does not import fails here (TS2304), as it would for the user.
-// One decision to know: each block is written to test/.readme-examples/<pid>/ and imports 'qkv' by the
-// package's own name, which Node and tsc resolve through package.json's "exports" (a package may import
-// itself), so the built dist/ is what runs (npm test builds first). Each block runs in a Node process of
-// its own whose working directory is that folder (files a block writes land there, and are removed).
+// One decision to know: the examples run against the package as a user installs it: `npm pack` (the
+// tarball of what package.json's "files" ships, built by npm test first) installed with npm into
+// test/.readme-examples/<pid>/, a small app of its own; each block is a module there importing 'qkv', so a
+// file missing from the tarball or a wrong "exports" entry fails here. Each block runs in a Node process
+// of its own whose working directory is that folder (files a block writes land there, and are removed).
 
-import { execFile } from 'node:child_process';
-import { mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { execFile, execFileSync } from 'node:child_process';
+import {
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import ts from 'typescript';
@@ -39,6 +49,32 @@ const dir = `${root}test/.readme-examples/${process.pid}/`; // one folder per ru
 rmSync(dir, { recursive: true, force: true });
 mkdirSync(dir, { recursive: true });
 symlinkSync('../../../models', `${dir}models`); // a block may read the committed checkpoints by their path
+// The app: qkv from its packed tarball (no scripts run: npm test has built dist/, which the tarball holds).
+const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
+const packed = JSON.parse(
+  execFileSync(npm, ['pack', '--ignore-scripts', '--json', '--pack-destination', dir], {
+    cwd: root,
+    encoding: 'utf8',
+  }),
+) as { filename: string }[];
+const tarball = `${dir}${packed[0].filename}`;
+writeFileSync(
+  `${dir}package.json`,
+  JSON.stringify({
+    name: 'readme-examples',
+    private: true,
+    type: 'module',
+    dependencies: { qkv: `file:${tarball}` },
+  }),
+);
+execFileSync(
+  npm,
+  ['install', '--offline', '--ignore-scripts', '--no-audit', '--no-fund', '--no-package-lock'],
+  {
+    cwd: dir,
+    stdio: 'ignore',
+  },
+);
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 const named = examples.map((b, n) => {
@@ -55,6 +91,14 @@ const named = examples.map((b, n) => {
   }).outputText;
   writeFileSync(`${base}.mjs`, js);
   return { ...b, label, ts: `${base}.ts`, mjs: `${base}.mjs` };
+});
+
+it('the examples resolve qkv to the installed tarball, not to the repository', () => {
+  const installed = `${dir}node_modules/qkv/`;
+  expect(lstatSync(installed.slice(0, -1)).isSymbolicLink()).toBe(false); // a copy, as a registry install gives
+  expect(JSON.parse(readFileSync(`${installed}package.json`, 'utf8')).name).toBe('qkv');
+  expect(existsSync(`${installed}dist/index.js`)).toBe(true);
+  expect(existsSync(`${installed}test`)).toBe(false); // only what "files" ships
 });
 
 it('the README and docs have TypeScript examples, and every block that uses qkv imports it', () => {
@@ -96,7 +140,7 @@ const run = promisify(execFile);
 for (const b of named) {
   it(`${b.label} runs with Node`, async () => {
     await expect(
-      run(process.execPath, [b.mjs], { cwd: dir, timeout: 50_000 }).then(() => 'ran'),
+      run(process.execPath, [b.mjs], { cwd: dir, timeout: 110_000 }).then(() => 'ran'),
     ).resolves.toBe('ran');
-  });
+  }, 120_000); // generous: a loaded machine runs the flash kernel's example several times slower
 }

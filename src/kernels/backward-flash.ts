@@ -4,8 +4,8 @@
 // finish in a local tile, summed over the query heads of a GQA group) and dQ of the group's rows is
 // accumulated in a float64 buffer, as FA2 does — so tasks write disjoint rows and can run in parallel.
 
-import type { AttentionBackward, AttentionGrads, BackwardInputs, BackwardProblem } from './types.js';
 import { flexScore, flexScoreSlope } from './flex.js';
+import type { AttentionBackward, AttentionGrads, BackwardInputs, BackwardProblem } from './types.js';
 import { classifyBlock, isVisible, kvRow } from './visibility.js';
 
 /** Tile sizes of the flash backward (rows of q per tile, rows of k per tile). */

@@ -3,8 +3,8 @@
 // needs neither the forward's output nor its log-sum-exp), so it depends on nothing but the problem.
 // Arrays may be Float32Array or Float64Array: the gradient checks run these same loops in float64.
 
-import type { AttentionBackward, AttentionGrads, BackwardInputs, BackwardProblem } from './types.js';
 import { flexScore, flexScoreSlope } from './flex.js';
+import type { AttentionBackward, AttentionGrads, BackwardInputs, BackwardProblem } from './types.js';
 import { kvRow, maskAllows, visibleRange } from './visibility.js';
 
 export type { AttentionGrads, BackwardInputs, BackwardProblem, Floats } from './types.js';

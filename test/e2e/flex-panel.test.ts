@@ -4,13 +4,8 @@
 // against createBlockMask / flexAttentionWeights run here in Node on the same mods and seeds, so the test
 // proves the page shows the library's numbers, not just that something was drawn.
 
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { type BrowserContext, chromium, type Page } from 'playwright-core';
-import { build, type PreviewServer, preview } from 'vite';
+import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   alibiScore,
@@ -24,30 +19,12 @@ import {
   slidingWindowMask,
   Tensor,
 } from '../../src/index.js';
-import { CHROMIUM_ARGS, ensureChromium } from './chromium.js';
+import { openPlayground, type Playground, shots } from './page.js';
 
-const repo = fileURLToPath(new URL('../../', import.meta.url));
-const configFile = join(repo, 'web/vite.config.ts');
-const shots = join(repo, 'screenshots');
-
-let server: PreviewServer;
-let context: BrowserContext;
+let playground: Playground | undefined;
 let page: Page;
 let url: string;
-let outDir: string;
-let userDir: string;
-const pageErrors: string[] = [];
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.on('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
-}
+let pageErrors: string[] = [];
 
 const panel = () => page.locator('#panel-flex');
 const counts = () => page.locator('[data-testid="flex-counts"]');
@@ -105,39 +82,12 @@ const colouredPixels = (selector: string) =>
   });
 
 beforeAll(async () => {
-  const executablePath = ensureChromium();
-  outDir = mkdtempSync(join(tmpdir(), 'qkv-web-flex-'));
-  userDir = mkdtempSync(join(tmpdir(), 'qkv-chromium-flex-'));
-  mkdirSync(shots, { recursive: true });
-  await build({ configFile, logLevel: 'warn', build: { outDir, emptyOutDir: true } });
-  const port = await freePort();
-  server = await preview({
-    configFile,
-    logLevel: 'warn',
-    build: { outDir },
-    preview: { port, strictPort: true, host: '127.0.0.1', open: false },
-  });
-  url = `http://127.0.0.1:${port}/`;
-  context = await chromium.launchPersistentContext(userDir, {
-    executablePath,
-    args: CHROMIUM_ARGS,
-    headless: true,
-    viewport: { width: 1440, height: 1000 },
-    colorScheme: 'light',
-  });
-  page = context.pages()[0] ?? (await context.newPage());
-  page.on('pageerror', (e) => pageErrors.push(e.message));
-  page.on('console', (m) => m.type() === 'error' && pageErrors.push(m.text()));
-  // The page must work offline: fail any request that is not to our server.
-  await context.route(/.*/, (route) =>
-    route.request().url().startsWith(url) ? route.continue() : route.abort('internetdisconnected'),
-  );
+  playground = await openPlayground('flex');
+  ({ page, url, pageErrors } = playground);
 }, 120_000);
 
 afterAll(async () => {
-  await context?.close();
-  await server?.close();
-  for (const d of [outDir, userDir]) if (d) rmSync(d, { recursive: true, force: true });
+  await playground?.close();
 });
 
 describe('Flex tab in Chromium', () => {

@@ -1,48 +1,37 @@
 // The playground's Generate tab in a real Chromium (playwright-core + the system browser), on its own
-// build of web/ (Vite's JS API, into a temp dir) and its own server, like playground.test.ts. A tiny copy
-// decoder is trained here with the library and opened through the tab's file input; a second one is
+// build of web/ (Vite's JS API, into a temp dir) and its own server (page.ts). The tab opens with the
+// bundled language model (models/brown-lm.safetensors, fetched from the page's own server: offline); a tiny
+// copy decoder is trained here with the library and opened through the tab's file input; a second one is
 // trained in the page's Train tab and handed over with "Generate with this model".
 // One decision to know: the tokens the page draws are checked against TinyTransformer.generate in Node
-// with the same seed, so the test proves the worker's sampling loop, not just that chips appear.
+// with the same seed, so the test proves the worker's sampling loop, not just that chips appear; the
+// language model is read from the build's own copy, since a training run may rewrite models/ meanwhile.
 
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { type BrowserContext, chromium, type Page } from 'playwright-core';
-import { build, type PreviewServer, preview } from 'vite';
+import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { saveCheckpoint, TinyTransformer, Trainer, WordTokenizer } from '../../src/index.js';
-import { CHROMIUM_ARGS, ensureChromium } from './chromium.js';
-
-const repo = fileURLToPath(new URL('../../', import.meta.url));
-const configFile = join(repo, 'web/vite.config.ts');
-const shots = join(repo, 'screenshots');
+import {
+  loadLanguageModel,
+  saveCheckpoint,
+  TinyTransformer,
+  Trainer,
+  WordTokenizer,
+} from '../../src/index.js';
+import { openPlayground, type Playground, shots } from './page.js';
 
 const COPY_STEPS = 30;
 const PROMPT = '<bos> a b c d e f g h <sep>';
+const LM_PROMPT = 'The jury said';
+const LM_NEW = 8;
 
-let server: PreviewServer;
-let context: BrowserContext;
+let playground: Playground | undefined;
 let page: Page;
 let url: string;
-let outDir: string;
-let userDir: string;
+let pageErrors: string[] = [];
 let copyBytes: Uint8Array;
 let copy: Trainer;
-const pageErrors: string[] = [];
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.on('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
-}
+let lm: ReturnType<typeof loadLanguageModel>;
 
 const readout = () => page.locator('[data-testid="gen-readout"]');
 const states = async () => Number((await readout().getAttribute('data-states')) ?? 0);
@@ -104,55 +93,81 @@ const counts = async () => {
   };
 };
 
+/** The ids of sequence `i`'s chips (each chip carries its token id). */
+const seqIds = (i: number) =>
+  page
+    .locator(`[data-testid="gen-text"] .gen-seq[data-seq="${i}"] li`)
+    .evaluateAll((lis) => lis.map((li) => Number((li as HTMLElement).dataset.id)));
+
 beforeAll(async () => {
-  const executablePath = ensureChromium();
   // The decoder the page opens as a file: copy, a few steps (enough to be a real checkpoint, not to copy well).
   copy = new Trainer({ task: 'copy', steps: COPY_STEPS, seed: 0 });
   while (!copy.done) copy.trainStep();
   copyBytes = copy.checkpoint({ 'qkv.trainedIn': 'test/e2e/generate-panel.test.ts' });
-  outDir = mkdtempSync(join(tmpdir(), 'qkv-web-gen-'));
-  userDir = mkdtempSync(join(tmpdir(), 'qkv-chromium-gen-'));
-  mkdirSync(shots, { recursive: true });
-  await build({ configFile, logLevel: 'warn', build: { outDir, emptyOutDir: true } });
-  const port = await freePort();
-  server = await preview({
-    configFile,
-    logLevel: 'warn',
-    build: { outDir },
-    preview: { port, strictPort: true, host: '127.0.0.1', open: false },
-  });
-  url = `http://127.0.0.1:${port}/`;
-  context = await chromium.launchPersistentContext(userDir, {
-    executablePath,
-    args: CHROMIUM_ARGS,
-    headless: true,
-    viewport: { width: 1440, height: 1000 },
-    colorScheme: 'light',
-  });
-  page = context.pages()[0] ?? (await context.newPage());
-  page.on('pageerror', (e) => pageErrors.push(e.message));
-  page.on('console', (m) => m.type() === 'error' && pageErrors.push(m.text()));
-  // The page must work offline: fail any request that is not to our server.
-  await context.route(/.*/, (route) =>
-    route.request().url().startsWith(url) ? route.continue() : route.abort('internetdisconnected'),
-  );
-}, 120_000);
+  playground = await openPlayground('gen');
+  ({ page, url, pageErrors } = playground);
+  // The language model exactly as the page fetches it: Vite's copy in the build.
+  const assets = join(playground.outDir, 'assets');
+  const file = readdirSync(assets).find((f) => f.startsWith('brown-lm') && f.endsWith('.safetensors'));
+  if (!file) throw new Error(`the build has no copy of models/brown-lm.safetensors in ${assets}`);
+  lm = loadLanguageModel(new Uint8Array(readFileSync(join(assets, file))));
+}, 180_000);
 
 afterAll(async () => {
-  await context?.close();
-  await server?.close();
-  for (const d of [outDir, userDir]) if (d) rmSync(d, { recursive: true, force: true });
+  await playground?.close();
 });
 
 describe('Generate tab in Chromium', () => {
-  it('says what to load; an encoder checkpoint gets a clear message', async () => {
+  it('opens with the bundled language model, offline, and continues “The jury said” as generate does', async () => {
     await page.goto(url);
     await page.locator('#tab-generate').click();
     expect(await page.locator('#panel-generate').isVisible()).toBe(true);
-    expect(await page.locator('[data-testid="gen-status"]').textContent()).toContain(
-      'Open a decoder checkpoint',
-    );
-    expect(await page.locator('#genRun').isDisabled()).toBe(true);
+    const status = page.locator('[data-testid="gen-status"]');
+    await expect
+      .poll(() => status.textContent(), { timeout: 60_000 })
+      .toContain('Loaded models/brown-lm.safetensors');
+    const text = (await status.textContent()) ?? '';
+    const { config, tokenizer } = lm;
+    expect(text).toContain(`${config.numLayers} layers × ${config.numHeads} heads, d_model ${config.dModel}`);
+    expect(text).toContain('byte-level BPE');
+    expect(text).toContain(`up to ${config.maxLen} tokens`);
+    expect(await page.locator('#genModel').inputValue()).toBe('bundled');
+    await settled(0);
+    expect(await page.locator('#genPrompt').inputValue()).toBe(LM_PROMPT);
+    const prompt = tokenizer.encode(LM_PROMPT);
+    expect(await seqIds(0)).toEqual([...prompt]);
+    // BPE tokens read as text, spaces made visible: 'Ġsaid' is shown as '·said'.
+    const shown = await seqTokens(0);
+    expect(shown.join('').replace(/·/g, ' ')).toBe(LM_PROMPT);
+    for (const t of shown) expect(t).not.toContain('Ġ');
+    await checkAttention(config.numLayers, config.numHeads, prompt.length);
+    expect((await probs()).length).toBe(10);
+    // Generate LM_NEW tokens at temperature 1, seed 0; the library draws the same ones.
+    await page.locator('#genMax').fill(String(LM_NEW));
+    const before = await states();
+    await page.locator('#genRun').click();
+    await settled(before);
+    const ids = await seqIds(0);
+    const eos = tokenizer.specials.eos;
+    const expected = lm.model.generate(prompt, {
+      maxNewTokens: LM_NEW,
+      seed: 0,
+      temperature: 1,
+      ...(eos === undefined ? {} : { stop: eos }),
+    });
+    expect(ids.slice(prompt.length)).toEqual([...expected]);
+    expect(expected.length).toBeGreaterThan(0);
+    const decoded = tokenizer.decode(ids);
+    expect(decoded.startsWith(LM_PROMPT)).toBe(true);
+    expect(decoded.length).toBeGreaterThan(LM_PROMPT.length);
+    const line = page.locator('[data-testid="gen-text"] .gen-seq[data-seq="0"] .gen-decoded');
+    expect(await line.textContent()).toContain(decoded);
+    await page.screenshot({ path: join(shots, '10a-generate-lm.png'), fullPage: true });
+    process.stdout.write(`Generate tab, bundled LM: ${JSON.stringify(decoded)}\n`);
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('an encoder checkpoint gets a clear message', async () => {
     const encoder = new TinyTransformer(
       { vocabSize: 3, dModel: 8, numHeads: 2, numLayers: 1, dFF: 16, maxLen: 8, causal: false },
       { seed: 1 },

@@ -3,40 +3,29 @@
 // every view land in screenshots/ (git-ignored). One decision to know: cell values are read through the
 // page's own hover readout, so the tests exercise the hit-testing a person uses, not a private hook.
 
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { type BrowserContext, chromium, type Page } from 'playwright-core';
-import { build, type PreviewServer, preview } from 'vite';
+import type { BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { heatmapLayout, readPngSize, seededStack, stepViews, tokenize, traceStack } from '../../src/index.js';
-import { CHROMIUM_ARGS, ensureChromium } from './chromium.js';
+import {
+  headScores,
+  heatmapLayout,
+  loadLanguageModel,
+  readPngSize,
+  SCORE_NAMES,
+  seededStack,
+  stepViews,
+  tokenize,
+  traceStack,
+} from '../../src/index.js';
+import { openPlayground, type Playground, repo, shots } from './page.js';
 import { checkTrainTab } from './train-tab.js';
 
-const repo = fileURLToPath(new URL('../../', import.meta.url));
-const configFile = join(repo, 'web/vite.config.ts');
-const shots = join(repo, 'screenshots');
-
-let server: PreviewServer;
+let playground: Playground | undefined;
 let context: BrowserContext;
 let page: Page;
 let url: string;
-let outDir: string;
-let userDir: string;
-const pageErrors: string[] = [];
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.on('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
-}
+let pageErrors: string[] = [];
 
 /** Waits until the page has drawn a trace newer than `after` and nothing is in flight. */
 async function settled(after: number): Promise<number> {
@@ -65,40 +54,23 @@ async function readCell(id: string, row: number, col: number): Promise<{ value: 
 }
 
 beforeAll(async () => {
-  const executablePath = ensureChromium();
-  outDir = mkdtempSync(join(tmpdir(), 'qkv-web-'));
-  userDir = mkdtempSync(join(tmpdir(), 'qkv-chromium-'));
-  mkdirSync(shots, { recursive: true });
-  await build({ configFile, logLevel: 'warn', build: { outDir, emptyOutDir: true } });
-  const port = await freePort();
-  server = await preview({
-    configFile,
-    logLevel: 'warn',
-    build: { outDir },
-    preview: { port, strictPort: true, host: '127.0.0.1', open: false },
-  });
-  url = `http://127.0.0.1:${port}/`;
-  context = await chromium.launchPersistentContext(userDir, {
-    executablePath,
-    args: CHROMIUM_ARGS,
-    headless: true,
-    viewport: { width: 1440, height: 1000 },
-    acceptDownloads: true,
-    colorScheme: 'light',
-  });
-  page = context.pages()[0] ?? (await context.newPage());
-  page.on('pageerror', (e) => pageErrors.push(e.message));
-  page.on('console', (m) => m.type() === 'error' && pageErrors.push(m.text()));
-  // The page must work offline: fail any request that is not to our server.
-  await context.route(/.*/, (route) =>
-    route.request().url().startsWith(url) ? route.continue() : route.abort('internetdisconnected'),
-  );
-}, 60_000);
+  playground = await openPlayground('playground', { acceptDownloads: true });
+  ({ page, context, url, pageErrors } = playground);
+}, 180_000);
+
+/** The language model exactly as the page fetches it (the build's copy: a training run may rewrite models/). */
+function builtLanguageModel(): ReturnType<typeof loadLanguageModel> {
+  const assets = join(playground!.outDir, 'assets');
+  const file = readdirSync(assets).find((f) => f.startsWith('brown-lm') && f.endsWith('.safetensors'));
+  if (!file) throw new Error(`the build has no copy of models/brown-lm.safetensors in ${assets}`);
+  return loadLanguageModel(new Uint8Array(readFileSync(join(assets, file))));
+}
+
+/** A BPE token as the page shows it: its text, spaces as '·'. */
+const visible = (t: string) => t.replace(/ /g, '·').replace(/\r?\n/g, '↵').replace(/\t/g, '⇥');
 
 afterAll(async () => {
-  await context?.close();
-  await server?.close();
-  for (const d of [outDir, userDir]) if (d) rmSync(d, { recursive: true, force: true });
+  await playground?.close();
 });
 
 describe('playground in Chromium', () => {
@@ -372,5 +344,101 @@ describe('playground in Chromium', () => {
 
   it('Train tab: copy learns (loss falls, maps redrawn), Pause stops the counter, a pronoun model is used and saved', async () => {
     await checkTrainTab(page, shots, pageErrors);
+  });
+  it('the language model: any text is read by its BPE, heads are labelled, the probe repeats a sequence', async () => {
+    const { model, tokenizer, config } = builtLanguageModel();
+    await page.locator('#tab-steps').click();
+    let before = await renders();
+    await page.locator('#source').selectOption('lm');
+    await settled(before);
+    const note = page.locator('[data-testid="model-note"]');
+    expect(await note.textContent()).toContain('trained checkpoint models/brown-lm.safetensors');
+    expect(await note.textContent()).toContain('Brown corpus');
+    expect(await page.locator('#causal').isChecked()).toBe(true); // a decoder: the mask goes on with it
+    expect(await page.locator('#vocab').isHidden()).toBe(true); // no vocabulary to keep to
+    // Words the pronoun model refuses are split into BPE tokens, shown as text.
+    const text = "The zebra's jury said Fulton County's election was fair.";
+    before = await renders();
+    await page.locator('#text').fill(text);
+    await settled(before);
+    const chips = tokenizer.tokenize(text).map(visible);
+    expect(await page.locator('[data-testid="chips"] li').allTextContents()).toEqual(chips);
+    expect(await page.locator('#chips li.unknown').count()).toBe(0);
+    expect(await page.locator('#status').getAttribute('role')).toBe('status');
+    expect(chips.join('').replace(/·/g, ' ')).toBe(text);
+    const { text: cell } = await readCell('weights', 1, 0);
+    expect(cell).toContain(`row 1 “${chips[1]}”, column 0 “${chips[0]}”`);
+    expect((await readCell('weights', 0, 1)).value).toBe(0); // causal
+    await page.screenshot({ path: join(shots, '00d-lm-step-through.png'), fullPage: false });
+
+    // Longer than the model's context: the first maxLen tokens, and a note, not an error.
+    const long = Array.from({ length: config.maxLen + 40 }, () => ' the').join('');
+    before = await renders();
+    await page.locator('#text').fill(long);
+    await settled(before);
+    expect(await page.locator('[data-testid="chips"] li').count()).toBe(config.maxLen);
+    expect(await page.locator('#status').textContent()).toContain(
+      `this model reads at most ${config.maxLen} tokens`,
+    );
+    expect(await page.locator('#status').getAttribute('role')).toBe('status');
+
+    // Model view: every head labelled with its strongest score, as headScores computes it here.
+    const { heads } = headScores(model, {
+      seed: 0,
+      count: 4,
+      length: 24,
+      exclude: Object.values(tokenizer.specials).filter((id): id is number => id !== undefined),
+    });
+    before = await renders();
+    await page.locator('#tab-model').click();
+    await page.locator('#mvProbe').click();
+    await settled(before);
+    const value = await page.locator('#text').inputValue();
+    const half = value.slice(0, value.length / 2);
+    expect(value).toBe(half + half);
+    const probe = await page.locator('[data-testid="chips"] li').allTextContents();
+    expect(probe.length).toBe(48);
+    expect(probe.slice(24)).toEqual(probe.slice(0, 24));
+    expect(new URL(page.url()).hash).toContain('source=lm');
+    expect(await page.locator('#mvProbeNote').textContent()).toContain('stripe 23 cells below the diagonal');
+    const thumbs = page.locator('[data-testid="modelgrid"] .thumb');
+    expect(await thumbs.count()).toBe(config.numLayers * config.numHeads);
+    const labels = await page.locator('[data-testid="modelgrid"] .thumb-label').evaluateAll((els) =>
+      els.map((e) => ({
+        pattern: (e as HTMLElement).dataset.pattern!,
+        score: Number((e as HTMLElement).dataset.score),
+        text: e.textContent ?? '',
+      })),
+    );
+    expect(labels.length).toBe(heads.length);
+    labels.forEach((label, k) => {
+      const h = heads[k];
+      const best = SCORE_NAMES.reduce((a, b) => (h[b] > h[a] || Number.isNaN(h[a]) ? b : a));
+      expect(label.pattern).toBe(best);
+      expect(label.score).toBeCloseTo(h[best], 5);
+      expect(label.text).toMatch(/^(prev-token|dup-token|induction|first-token) [0-9]\.[0-9]{2}$/);
+    });
+    expect(await thumbs.first().getAttribute('title')).toMatch(/induction [0-9.]+/);
+    await page.screenshot({ path: join(shots, '04b-lm-model-view-probe.png'), fullPage: true });
+    // A link opens the language model on its text.
+    const other = await context.newPage();
+    await other.goto(`${url}#text=${encodeURIComponent('Fulton County')}&source=lm&causal=1`);
+    await other.waitForFunction(
+      () => Number(document.body.dataset.renders ?? 0) > 0 && !document.body.dataset.busy,
+    );
+    expect(await other.locator('#source').inputValue()).toBe('lm');
+    expect(await other.locator('[data-testid="chips"] li').allTextContents()).toEqual(
+      tokenizer.tokenize('Fulton County').map(visible),
+    );
+    await other.close();
+    // The pronoun model keeps the article's sentence, and its heads carry no labels.
+    before = await renders();
+    await page.locator('#text').fill("The animal didn't cross the street because it was too tired");
+    before = await settled(before);
+    await page.locator('#source').selectOption('checkpoint');
+    await settled(before);
+    expect(await page.locator('[data-testid="modelgrid"] .thumb-label').count()).toBe(0);
+    await page.locator('#tab-steps').click();
+    expect(pageErrors).toEqual([]);
   });
 });

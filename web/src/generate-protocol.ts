@@ -38,7 +38,7 @@ export interface ModelInfo {
   vocabSize: number;
   maxLen: number;
   parameters: number;
-  /** Every token's label by id (idToToken), for the distribution's rows. */
+  /** Every token's label by id (idToToken; a BPE token's decoded text, see token-label.ts), for the distribution's rows. */
   labels: string[];
   /** A prompt that fits the model (a copy/reverse model: its task's sample up to <sep>). */
   defaultPrompt: string;
@@ -49,7 +49,7 @@ export interface SequenceView {
   /** Its id in the paged cache. */
   pagedId: number;
   seed: number;
-  /** Every token's label (idToToken), prompt first. */
+  /** Every token's label (as `labels`), prompt first. */
   tokens: string[];
   ids: number[];
   /** The decoded text of every token. */

@@ -42,6 +42,7 @@ export function renderSequences(container: HTMLElement, sequences: SequenceView[
       s.tokens.forEach((tok, j) => {
         const generated = j >= s.promptLength;
         const chip = el('li', generated ? 'chip gen' : 'chip prompt', tok);
+        chip.dataset.id = String(s.ids[j]);
         if (j === s.position) chip.classList.add('newest');
         if (j >= s.fed) chip.classList.add('unfed');
         chip.title = generated

@@ -28,6 +28,7 @@ import type {
   SamplingSettings,
   SequenceView,
 } from './generate-protocol.js';
+import { readsAsBytes, tokenLabel } from './token-label.js';
 
 interface WorkerScope {
   onmessage: ((e: MessageEvent<GenerateRequest>) => void) | null;
@@ -74,13 +75,20 @@ function newCache(model: TinyTransformer): KVCache {
   return new KVCache({ numLayers, numKvHeads: numHeads, headDim: dModel / numHeads });
 }
 
-/** A prompt that suits the model: its task's sample up to the first scored position, or a common word. */
+/** The language model's prompt: any English text works with a byte-level BPE tokenizer. */
+const LM_PROMPT = 'The jury said';
+
+/**
+ * A prompt that suits the model: its task's sample up to the first scored position, the start of a
+ * sentence for a byte-level BPE model (it reads any text), or a common word.
+ */
 function defaultPrompt(task: string | undefined, tokenizer: Tokenizer): string {
   if (task && (TASK_NAMES as readonly string[]).includes(task)) {
     const display = getTask(task).display;
     if (display && display.scored.length > 0)
       return display.sample.slice(0, display.scored[0].position + 1).join(' ');
   }
+  if (readsAsBytes(tokenizer)) return LM_PROMPT;
   for (const word of ['The', 'the']) if (tokenizer.tokenToId(word) !== undefined) return word;
   const special = new Set(Object.values(tokenizer.specials));
   const bos = tokenizer.specials.bos;
@@ -119,7 +127,7 @@ function load(bytes: Uint8Array, name: string, origin: ModelInfo['origin']): Loa
       vocabSize: c.vocabSize,
       maxLen: c.maxLen,
       parameters: model.numParameters,
-      labels: Array.from({ length: c.vocabSize }, (_, id) => tokenizer.idToToken(id)),
+      labels: Array.from({ length: c.vocabSize }, (_, id) => tokenLabel(tokenizer, id)),
       defaultPrompt: defaultPrompt(info.task, tokenizer),
     },
   };
@@ -211,7 +219,7 @@ function view(seq: Sequence): SequenceView {
   return {
     pagedId: seq.pagedId,
     seed: seq.seed,
-    tokens: seq.ids.map((id) => tokenizer.idToToken(id)),
+    tokens: seq.ids.map((id) => tokenLabel(tokenizer, id)),
     ids: [...seq.ids],
     text: tokenizer.decode(seq.ids),
     promptLength: seq.promptLength,

@@ -6,7 +6,8 @@
 // the shown distribution is re-ranked here from the worker's logits (tokenDistribution, V numbers), so
 // the temperature, top-k and top-p controls answer at once, and the worker samples with the same settings.
 // The model comes from the Train tab (a copy or reverse run, "Generate with this model"), from a
-// .safetensors file the reader opens (read locally, never uploaded), or from BUNDLED_MODEL below.
+// .safetensors file the reader opens (read locally, never uploaded), or BUNDLED_MODEL below (the Brown
+// language model, fetched when the tab first opens).
 
 import type {
   GenerateRequest,
@@ -18,12 +19,14 @@ import type {
 import { renderAttention, renderDistribution, renderPaged, renderSequences } from './generate-views.js';
 
 /**
- * A decoder shipped with the page, loaded when the tab first opens; undefined for none. To bundle the
- * language model once models/brown-lm.safetensors exists, replace `undefined` with:
- *   { url: new URL('../../models/brown-lm.safetensors', import.meta.url).href, name: 'models/brown-lm.safetensors' }
- * (Vite then copies the file into the build; it is fetched from the page's own server, so offline works.)
+ * The decoder shipped with the page, loaded when the tab first opens: the language model qkv trained on the
+ * Brown corpus (byte-level BPE, so any English prompt works). Vite copies the file into the build and it is
+ * fetched from the page's own server, so offline works.
  */
-const BUNDLED_MODEL: { url: string; name: string } | undefined = undefined;
+const BUNDLED_MODEL: { url: string; name: string } | undefined = {
+  url: new URL('../../models/brown-lm.safetensors', import.meta.url).href,
+  name: 'models/brown-lm.safetensors',
+};
 
 /** What main.ts may call: hand over a model the Train tab trained. */
 export interface GeneratePanel {

@@ -22,15 +22,22 @@ import { drawHeadView, headColor, queryAt } from './headview.js';
 import { currentTheme, HeatmapCard } from './heatmap.js';
 import { renderModelView } from './modelview.js';
 import { loadFromHash, saveToHash } from './permalink.js';
-import type {
-  LoadResult,
-  ModelConfig,
-  ModelSource,
-  Request,
-  Response,
-  SaturationResult,
-  TraceResult,
+import {
+  type LoadResult,
+  MAX_TOKENS,
+  type ModelConfig,
+  type ModelSource,
+  type ProbeResult,
+  type Request,
+  type Response,
+  type SaturationResult,
+  type TraceResult,
 } from './protocol.js';
+
+/** Words per copy of the repeated-sequence probe (model-source.ts draws them). */
+const PROBE_WORDS = 24;
+const PROBE_NOTE = '4 sequences of 24 random tokens, each repeated twice';
+
 import { setupTabs } from './tabs.js';
 import { setupTrainTab } from './train.js';
 
@@ -56,6 +63,10 @@ let renders = 0;
 let initialBlocked: number | undefined;
 /** Answers to "Use this model" loads, by request id. */
 const pendingLoads = new Map<number, (result: LoadResult) => void>();
+/** Answers to repeated-sequence probe requests, by request id. */
+const pendingProbes = new Map<number, (result: ProbeResult) => void>();
+/** How many probes were drawn: the seed of the next one (the first is seed 0, so it is the same every time). */
+let probes = 0;
 
 // ---- reading the controls -------------------------------------------------------------------------
 
@@ -71,7 +82,7 @@ function intOf(id: string, fallback: number): number {
 
 function readConfig(): ModelConfig {
   return {
-    source: (['seeded', 'trained'] as const).find((s) => s === select('source').value) ?? 'checkpoint',
+    source: (['lm', 'seeded', 'trained'] as const).find((s) => s === select('source').value) ?? 'checkpoint',
     dModel: intOf('dModel', 64),
     dK: intOf('dK', 16),
     heads: intOf('heads', 4),
@@ -118,6 +129,11 @@ function refreshSaturation(): void {
 
 worker.onmessage = (e: MessageEvent<Response>) => {
   const res = e.data;
+  if (res.kind === 'probe') {
+    pendingProbes.get(res.id)?.(res);
+    pendingProbes.delete(res.id);
+    return;
+  }
   if (res.kind === 'loaded') {
     pendingLoads.get(res.id)?.(res);
     pendingLoads.delete(res.id);
@@ -180,12 +196,13 @@ function render(t: TraceResult): void {
   const notice = t.notice ? ` (${t.notice}.)` : '';
   const notes: Record<ModelSource, string> = {
     checkpoint: `Model: ${t.description}, trained by \`qkv train --task pronoun\` to tell which noun “it” means. Try “tired” → “wide” and watch the “it” row of layer 1.${notice}`,
+    lm: `Model: ${t.description}, a decoder trained by \`qkv train --task lm\` on the Brown corpus to predict the next token. Its byte-level BPE tokenizer reads any text (a chip per token, spaces shown as ·), up to ${t.model.maxLen ?? t.limit} tokens.${t.switches.causal ? '' : ' It was trained with the causal mask, which is off: the maps show what it would do if it could see ahead.'} The Model view labels each head with its strongest pattern; try its repeated-sequence probe.${notice}`,
     trained: `Model: ${t.description}, trained in this page on the pronoun task. Try “tired” → “wide” and watch the “it” row of the last layer.`,
     seeded: `Model: ${t.description}. The weights are deterministic and untrained, so the patterns are those of random projections, not of language.${notice}`,
   };
   $('model-note').textContent = notes[t.model.source];
   setStatus(
-    `${L} token${L === 1 ? '' : 's'}${t.dropped ? ` (${t.dropped} more dropped: the limit is ${L})` : ''} · computed in ${t.millis.toFixed(0)} ms in a Web Worker`,
+    `${L} token${L === 1 ? '' : 's'}${t.dropped ? ` (${t.dropped} more dropped: ${t.limit < MAX_TOKENS ? `this model reads at most ${t.limit} tokens, so the first ${t.limit} are shown` : `the limit is ${t.limit}`})` : ''} · computed in ${t.millis.toFixed(0)} ms in a Web Worker`,
   );
 
   renderChips(t.tokens, new Set());
@@ -338,13 +355,46 @@ function renderHeadView(): void {
 function renderModel(): void {
   const t = latest;
   if (!t) return;
-  renderModelView($('modelgrid'), t.weights, t.model.heads, t.tokens.length, t.focus, (layer, head) => {
-    focus = { layer, head };
-    select('focusLayer').value = String(layer);
-    select('focusHead').value = String(head);
-    selectTab('tab-steps');
+  const labels = t.model.headLabels;
+  $('mvLabelsNote').textContent = labels
+    ? `Under each head: its strongest named pattern and score (a mean attention weight from 0 to 1), measured once for this model by headScores on ${PROBE_NOTE}. Hover a head for all four scores.`
+    : 'Head labels (previous-token, duplicate-token, induction, first-token) are shown for the language model, a decoder.';
+  renderModelView(
+    $('modelgrid'),
+    t.weights,
+    t.model.heads,
+    t.tokens.length,
+    t.focus,
+    labels,
+    (layer, head) => {
+      focus = { layer, head };
+      select('focusLayer').value = String(layer);
+      select('focusHead').value = String(head);
+      selectTab('tab-steps');
+      refresh();
+    },
+  );
+}
+
+/** Sets the sentence to the repeated-sequence probe (switching to the language model, causal mask on). */
+function runProbe(): void {
+  const id = nextId++;
+  const button = $<HTMLButtonElement>('mvProbe');
+  button.disabled = true;
+  pendingProbes.set(id, (res) => {
+    button.disabled = false;
+    if (res.text === undefined) {
+      setStatus(`No probe: ${res.error ?? 'no text'}`, true);
+      return;
+    }
+    $<HTMLTextAreaElement>('text').value = res.text;
+    select('source').value = 'lm';
+    check('causal').checked = true;
+    $('mvProbeNote').textContent =
+      `Probe ${probes - 1}: ${PROBE_WORDS} random one-token words, then the same words again. An induction head attends from each word of the second copy to the word that followed it the first time: a stripe ${PROBE_WORDS - 1} cells below the diagonal, in the lower half.`;
     refresh();
   });
+  worker.postMessage({ kind: 'probe', id, seed: probes++ } satisfies Request);
 }
 
 function renderSaturation(): void {
@@ -417,8 +467,13 @@ setupTrainTab({
 
 for (const id of ['text', 'dModel', 'dK', 'heads', 'layers', 'seed'])
   $(id).addEventListener('input', refresh);
-for (const id of ['scaled', 'causal', 'tieQK', 'blocked', 'source'])
-  $(id).addEventListener('change', refresh);
+for (const id of ['scaled', 'causal', 'tieQK', 'blocked']) $(id).addEventListener('change', refresh);
+// The language model is a decoder: choosing it turns the causal mask on (it can be turned off again).
+select('source').addEventListener('change', () => {
+  if (select('source').value === 'lm') check('causal').checked = true;
+  refresh();
+});
+$('mvProbe').addEventListener('click', runProbe);
 for (const [mirror, main] of [
   ['tieQK2', 'tieQK'],
   ['causal2', 'causal'],

@@ -1,10 +1,22 @@
 // The model view: one thumbnail per (layer, head), each a button that opens that head's step-through.
 // One decision to know: thumbnails paint the weights at one pixel per cell and let the canvas scale them
-// up without smoothing, so a 512-token map costs one 512×512 ImageData per head.
+// up without smoothing, so a 512-token map costs one 512×512 ImageData per head. A decoder language model's
+// heads carry a label under the thumbnail: the strongest of the four named scores (model-source.ts).
 
-import { colorAt } from 'qkv';
+import { colorAt, type ScoreName } from 'qkv';
+import type { HeadLabel } from './protocol.js';
 
 export const THUMB = 96;
+
+/** The scores' names as the page writes them (the column names of `qkv heads`). */
+export const PATTERN_NAMES: Record<ScoreName, string> = {
+  previousToken: 'prev-token',
+  duplicateToken: 'dup-token',
+  induction: 'induction',
+  firstToken: 'first-token',
+};
+
+const score = (v: number) => (Number.isNaN(v) ? '–' : v.toFixed(2));
 
 /** Fills `container` with layers × heads thumbnail buttons. */
 export function renderModelView(
@@ -13,9 +25,11 @@ export function renderModelView(
   heads: number,
   L: number,
   focus: { layer: number; head: number },
+  labels: readonly HeadLabel[] | undefined,
   open: (layer: number, head: number) => void,
 ): void {
   container.replaceChildren();
+  container.classList.toggle('labelled', labels !== undefined);
   container.style.setProperty('--heads', String(heads));
   const corner = document.createElement('div');
   corner.className = 'mv-corner';
@@ -37,8 +51,17 @@ export function renderModelView(
       b.className = 'thumb';
       b.dataset.layer = String(layer);
       b.dataset.head = String(h);
-      b.setAttribute('aria-label', `layer ${layer}, head ${h}: open its step-through`);
-      b.title = `layer ${layer}, head ${h}`;
+      const label = labels?.find((x) => x.layer === layer && x.head === h);
+      const named = label ? `${PATTERN_NAMES[label.pattern]} ${score(label.score)}` : '';
+      b.setAttribute(
+        'aria-label',
+        `layer ${layer}, head ${h}${named ? ` (${named})` : ''}: open its step-through`,
+      );
+      b.title = label
+        ? `layer ${layer}, head ${h}: ${Object.entries(label.scores)
+            .map(([k, v]) => `${PATTERN_NAMES[k as ScoreName]} ${score(v)}`)
+            .join(' · ')}`
+        : `layer ${layer}, head ${h}`;
       if (layer === focus.layer && h === focus.head) b.setAttribute('aria-current', 'true');
       const c = document.createElement('canvas');
       c.width = L;
@@ -54,6 +77,14 @@ export function renderModelView(
       }
       ctx.putImageData(img, 0, 0);
       b.append(c);
+      if (label) {
+        const tag = document.createElement('span');
+        tag.className = 'thumb-label';
+        tag.dataset.pattern = label.pattern;
+        tag.dataset.score = String(label.score);
+        tag.textContent = named;
+        b.append(tag);
+      }
       b.addEventListener('click', () => open(layer, h));
       container.append(b);
     }

@@ -2,13 +2,23 @@
 // One decision to know: the worker sends plain data (typed arrays, specs), never class instances, so
 // structured cloning copies it once and the page never recomputes anything.
 
-import type { SoftmaxStats, StepView } from 'qkv';
+import type { ScoreName, SoftmaxStats, StepView } from 'qkv';
 
 /**
- * 'checkpoint' = the trained models/pronoun.safetensors when it exists; 'seeded' = untrained weights;
- * 'trained' = the model last handed over by the Train tab ("Use this model").
+ * 'checkpoint' = the trained models/pronoun.safetensors when it exists; 'lm' = the language model
+ * models/brown-lm.safetensors (byte-level BPE: any text); 'seeded' = untrained weights; 'trained' = the
+ * model last handed over by the Train tab ("Use this model").
  */
-export type ModelSource = 'checkpoint' | 'seeded' | 'trained';
+export type ModelSource = 'checkpoint' | 'lm' | 'seeded' | 'trained';
+
+/** A head's strongest named pattern (headScores on a repeated-sequence probe) and all four scores. */
+export interface HeadLabel {
+  layer: number;
+  head: number;
+  pattern: ScoreName;
+  score: number;
+  scores: Record<ScoreName, number>;
+}
 
 export interface ModelConfig {
   source: ModelSource;
@@ -51,7 +61,14 @@ export interface LoadRequest {
   bytes: Uint8Array;
 }
 
-export type Request = TraceRequest | SaturationRequest | LoadRequest;
+/** Asks for the repeated-sequence probe's text (the language model's words, drawn with `seed`). */
+export interface ProbeRequest {
+  kind: 'probe';
+  id: number;
+  seed: number;
+}
+
+export type Request = TraceRequest | SaturationRequest | LoadRequest | ProbeRequest;
 
 export interface TraceResult {
   kind: 'trace';
@@ -59,10 +76,26 @@ export interface TraceResult {
   tokens: string[];
   /** Tokens dropped beyond the limit (0 if none). */
   dropped: number;
+  /** The limit: MAX_TOKENS, or the model's maxLen when that is smaller. */
+  limit: number;
   description: string;
   /** The config as requested, and the model's real shape and source (a checkpoint fixes its own shape). */
   config: ModelConfig;
-  model: { source: ModelSource; dModel: number; dK: number; heads: number; layers: number; vocab?: string[] };
+  model: {
+    source: ModelSource;
+    dModel: number;
+    dK: number;
+    heads: number;
+    layers: number;
+    /** The tokens a person may type, for a closed vocabulary (a word tokenizer); none for BPE. */
+    vocab?: string[];
+    /** The model's own limit on tokens (its maxLen), if it has one. */
+    maxLen?: number;
+    /** A decoder, trained with the causal mask. */
+    decoder?: boolean;
+    /** Each head's strongest named pattern, layer-major (a decoder language model only). */
+    headLabels?: HeadLabel[];
+  };
   /** Why the model differs from what was asked (e.g. no checkpoint file), or ''. */
   notice: string;
   switches: ExperimentSwitches;
@@ -113,6 +146,14 @@ export interface LoadResult {
   error?: string;
 }
 
-export type Response = TraceResult | SaturationResult | ErrorResult | LoadResult;
+/** The answer to a ProbeRequest: the probe text, or why there is none. */
+export interface ProbeResult {
+  kind: 'probe';
+  id: number;
+  text?: string;
+  error?: string;
+}
+
+export type Response = TraceResult | SaturationResult | ErrorResult | LoadResult | ProbeResult;
 
 export const MAX_TOKENS = 512;

@@ -1,7 +1,8 @@
 // The compute worker: runs the stack and the experiments off the main thread, so typing stays smooth
 // even at 512 tokens. One decision to know: only the newest request matters — the page drops answers to
 // stale ids — so the worker simply answers in order. Text is split by the checkpoint's tokenizer when
-// the model has one (labels as typed; the tokens it embeds in the tokenizer's spelling), by words otherwise.
+// the model has one (labels as typed, a BPE token's whitespace made visible; the tokens it embeds in the
+// tokenizer's spelling), by words otherwise; a model with a maxLen reads that many tokens at most.
 
 import {
   attentionWeights,
@@ -14,7 +15,7 @@ import {
   traceStack,
   UnknownTokenError,
 } from 'qkv';
-import { loadStack, useTrainedCheckpoint } from './model-source.js';
+import { loadStack, probeText, useTrainedCheckpoint } from './model-source.js';
 import {
   type ErrorResult,
   MAX_TOKENS,
@@ -23,6 +24,7 @@ import {
   type TraceRequest,
   type TraceResult,
 } from './protocol.js';
+import { readsAsBytes, visibleText } from './token-label.js';
 
 interface WorkerScope {
   onmessage: ((e: MessageEvent<Request>) => void) | null;
@@ -40,10 +42,15 @@ function wordsOf(tokenizer: Tokenizer): string[] {
 
 async function trace(req: TraceRequest): Promise<TraceResult | ErrorResult> {
   const t0 = performance.now();
-  const { stack, tokenizer, source, notice } = await loadStack(req.config);
-  const all = tokenizer ? tokenizer.tokenize(req.text) : tokenize(req.text);
+  const { stack, tokenizer, source, notice, maxLen, decoder, heads } = await loadStack(req.config);
+  const bytes = tokenizer !== undefined && readsAsBytes(tokenizer);
+  // A BPE token is shown as its text with visible whitespace (" the" → "·the"), see token-label.ts.
+  const all = tokenizer
+    ? tokenizer.tokenize(req.text).map((t) => (bytes ? visibleText(t) : t))
+    : tokenize(req.text);
+  const limit = Math.min(MAX_TOKENS, maxLen ?? MAX_TOKENS);
   /** The chips and heatmap labels (as typed), and the tokens the stack embeds. */
-  const labels = all.slice(0, MAX_TOKENS);
+  const labels = all.slice(0, limit);
   let tokens = labels;
   if (labels.length === 0)
     return {
@@ -101,6 +108,7 @@ async function trace(req: TraceRequest): Promise<TraceResult | ErrorResult> {
     id: req.id,
     tokens: labels,
     dropped: all.length - labels.length,
+    limit,
     description: stack.description,
     config: req.config,
     model: {
@@ -109,7 +117,10 @@ async function trace(req: TraceRequest): Promise<TraceResult | ErrorResult> {
       dK: stack.dK,
       heads: stack.heads,
       layers: stack.layers.length,
-      ...(tokenizer ? { vocab: wordsOf(tokenizer) } : {}),
+      ...(tokenizer && !bytes ? { vocab: wordsOf(tokenizer) } : {}),
+      ...(maxLen !== undefined ? { maxLen } : {}),
+      ...(decoder !== undefined ? { decoder } : {}),
+      ...(heads ? { headLabels: heads } : {}),
     },
     notice,
     switches: { ...req.switches, blockedQuery: blocked },
@@ -145,7 +156,13 @@ scope.onmessage = async (e) => {
   const req = e.data;
   try {
     if (req.kind === 'trace') scope.postMessage(await trace(req));
-    else if (req.kind === 'load') {
+    else if (req.kind === 'probe') {
+      try {
+        scope.postMessage({ kind: 'probe', id: req.id, text: await probeText(req.seed) });
+      } catch (err) {
+        scope.postMessage({ kind: 'probe', id: req.id, error: (err as Error).message });
+      }
+    } else if (req.kind === 'load') {
       try {
         scope.postMessage({ kind: 'loaded', id: req.id, description: useTrainedCheckpoint(req.bytes) });
       } catch (err) {
