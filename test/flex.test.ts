@@ -383,12 +383,76 @@ describe('bad input gets a clear error', () => {
     expect(() => flexAttention(q, k, v, { mask: 1 } as never)).toThrow(/flexAttention/);
     expect(() => flexAttention(q, k, v, { maskMod: 3 as never })).toThrow(/maskMod must be a function/);
     expect(() => slidingWindowMask(0)).toThrow(/slidingWindowMask: w must be an integer ≥ 1, got 0/);
-    expect(() => softcapScore(-1)).toThrow(/cap must be a finite number > 0/);
+    expect(() => softcapScore(-1)).toThrow(/cap must be a number in \[1e-30, 1e30\]/);
     expect(() => relativeBiasScore([1, 2])).toThrow(/odd count/);
     expect(() => documentMask([0, 1.5])).toThrow(/docIds must be 32-bit integers, got 1.5 at index 1/);
     expect(() => createBlockMask(causalMask, 1, 1, 8, 8, { blockSize: 0 })).toThrow(
       /blockSize must be an integer ≥ 1/,
     );
+  });
+
+  it('review findings: huge bounds, float32 caps, empty or, typos, +Infinity, block-mask misuse', () => {
+    // Window and prefix lengths past int32 behave as unbounded (no wrap in the kernels' programs).
+    for (const kernel of KERNELS) {
+      const wide = flexAttention(q, k, v, { maskMod: slidingWindowMask(2 ** 31 + 1), kernel });
+      expect(maxDiff(wide, scaledDotProductAttention(q, k, v, { causal: 'top-left' }))).toBeLessThan(TOL);
+      const prefix = flexAttention(q, k, v, { maskMod: prefixLmMask(2 ** 32 + 1), kernel });
+      expect(maxDiff(prefix, scaledDotProductAttention(q, k, v))).toBeLessThan(TOL);
+      // orMasks() of nothing blocks every key, as PyTorch's or_masks(): zeros.
+      const none = flexAttention(q, k, v, { maskMod: orMasks(), kernel });
+      expect(none.data.every((x) => x === 0)).toBe(true);
+    }
+    expect(() => softcapScore(1e39)).toThrow(/cap must be a number in \[1e-30, 1e30\], got 1e\+39/);
+    expect(() => softcapScore(1e-46)).toThrow(/cap must be a number/);
+    const up: ScoreMod = (sc, _b, _h, _qi, kv) => (kv === 0 ? Number.POSITIVE_INFINITY : sc);
+    expect(() => flexAttention(q, k, v, { scoreMod: up })).toThrow(/returned Infinity for score/);
+    expect(() => documentMask([-(2 ** 31), 0])).not.toThrow();
+    const x = parameter(Float64Array.from(Tensor.randn([1, 8, 4], { seed: 60 }).data), [1, 8, 4]);
+    expect(() => attention(x, x, x, { numHeads: 1, flex: { mask_mod: causalMask } as never })).toThrow(
+      /attention: unknown option 'mask_mod'/,
+    );
+    expect(() => createBlockMask(causalMask, 1, 1, 8, 8, { block_size: 4 } as never)).toThrow(
+      /unknown option 'block_size'/,
+    );
+    expect(() => createBlockMask(causalMask, 1, 1, 8, 8, null as never)).toThrow(
+      /createBlockMask: options must be an object/,
+    );
+    expect(() => createBlockMask(causalMask, 1, 1, 8, 8, { blockSize: [4] as never })).toThrow(
+      /\[queryRows, keys\]/,
+    );
+    const m = createBlockMask(causalMask, 1, 1, 8, 8, { blockSize: 4 });
+    expect(() => m.blockKind(0, 0, 2, 0)).toThrow(/outside \[1, 1, 2, 2\]/);
+    expect(() => new BlockMask(causalMask, 1, 1, 8, 8, 4, 4, new Uint8Array(3))).toThrow(
+      /kinds must be a Uint8Array of 1×1×2×2/,
+    );
+  });
+
+  it('a key a −Infinity bias blocks stays blocked under a score mod, on every path (forward and gradients)', () => {
+    const bias = new Tensor(
+      Float32Array.from({ length: 16 }, (_, n) =>
+        n % 4 <= Math.floor(n / 4) ? 0 : Number.NEGATIVE_INFINITY,
+      ),
+      [4, 4],
+    );
+    const run = (dtype: 'f32' | 'f64') => {
+      const xs = [61, 62, 63].map((seed) => {
+        const t = Tensor.randn([1, 4, 2], { seed });
+        return parameter(dtype === 'f32' ? t.data.slice() : Float64Array.from(t.data), [1, 4, 2]);
+      });
+      const { out } = attention(xs[0], xs[1], xs[2], {
+        numHeads: 1,
+        bias,
+        flex: { scoreMod: softcapScore(1) },
+      });
+      backward(project(out, 64));
+      return { out: out.data, dv: xs[2].grad! };
+    };
+    const a = run('f32'); // WASM forward, JS backward
+    const b = run('f64'); // JS kernels
+    for (let e = 0; e < 2; e++)
+      expect(b.out[e]).toBeCloseTo(Tensor.randn([1, 4, 2], { seed: 63 }).data[e], 6); // row 0 sees key 0 only
+    for (let i = 0; i < a.out.length; i++) expect(Math.abs(a.out[i] - b.out[i])).toBeLessThan(1e-5);
+    for (let i = 0; i < a.dv.length; i++) expect(Math.abs(a.dv[i] - b.dv[i])).toBeLessThan(1e-5);
   });
 
   it("a JS mod on kernel 'wasm' says why, and 'auto' serves it on the JS kernel", () => {

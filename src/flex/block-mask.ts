@@ -4,7 +4,7 @@
 // (b, h, q, kv) — O(B·H·L·S) calls, PyTorch's cost too — so build it once and reuse it.
 
 import { EMPTY, type FlexBlocks, FULL, type MaskMod, PARTIAL } from '../kernels/flex.js';
-import { formatShape, formatValue } from '../shape.js';
+import { checkOptionNames, formatShape, formatValue } from '../shape.js';
 import { classifyProgram, maskInfoOf, modName } from './mods.js';
 
 /** Options of createBlockMask. */
@@ -47,6 +47,11 @@ export class BlockMask {
   ) {
     const nq = Math.ceil(L / qBlockSize);
     const nk = Math.ceil(S / kvBlockSize);
+    if (!(kinds instanceof Uint8Array) || kinds.length !== B * H * nq * nk || kinds.some((k) => k > FULL)) {
+      throw new RangeError(
+        `BlockMask: kinds must be a Uint8Array of ${B}×${H}×${nq}×${nk} = ${B * H * nq * nk} entries of 0 (empty), 1 (partial) or 2 (full), got ${kinds?.length} entries`,
+      );
+    }
     this.numQBlocks = nq;
     this.numKvBlocks = nk;
     this.kvNumBlocks = new Int32Array(B * H * nq);
@@ -69,6 +74,12 @@ export class BlockMask {
 
   /** The kind of tile (qb, kb) of (b, h): 'empty', 'partial' or 'full'. */
   blockKind(b: number, h: number, qb: number, kb: number): 'empty' | 'partial' | 'full' {
+    const ok = (x: number, n: number) => Number.isInteger(x) && x >= 0 && x < n;
+    if (!ok(b, this.B) || !ok(h, this.H) || !ok(qb, this.numQBlocks) || !ok(kb, this.numKvBlocks)) {
+      throw new RangeError(
+        `BlockMask.blockKind: (b=${b}, h=${h}, qb=${qb}, kb=${kb}) is outside [${this.B}, ${this.H}, ${this.numQBlocks}, ${this.numKvBlocks}]`,
+      );
+    }
     const kind = this.kinds[((b * this.H + h) * this.numQBlocks + qb) * this.numKvBlocks + kb];
     return kind === EMPTY ? 'empty' : kind === FULL ? 'full' : 'partial';
   }
@@ -151,11 +162,18 @@ export function createBlockMask(
       `${FN}: maskMod must be a function (b, h, q, kv) => boolean, got ${formatValue(maskMod)}`,
     );
   }
+  if (options === null || typeof options !== 'object') {
+    throw new TypeError(`${FN}: options must be an object { blockSize? }, got ${formatValue(options)}`);
+  }
+  checkOptionNames(FN, options, ['blockSize']);
   checkDim('B', B, 1);
   checkDim('H', H, 1);
   checkDim('L', L, 0);
   checkDim('S', S, 0);
   const size = options.blockSize ?? 128;
+  if (typeof size !== 'number' && !(Array.isArray(size) && size.length === 2)) {
+    throw new TypeError(`${FN}: blockSize must be a number or [queryRows, keys], got ${formatValue(size)}`);
+  }
   const [qBlock, kvBlock] = typeof size === 'number' ? [size, size] : size;
   checkDim('blockSize', qBlock, 1);
   checkDim('blockSize', kvBlock, 1);

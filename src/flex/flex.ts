@@ -122,7 +122,8 @@ export function planFlex(
   }
   // Flex positions are indices (top-left): no band from causal alignment.
   p.shift = 0;
-  p.flex = resolveFlex(fn, options, p.B, p.Hq, p.L, p.S);
+  const { scoreMod, maskMod, blockMask } = options;
+  p.flex = resolveFlex(fn, { scoreMod, maskMod, blockMask }, p.B, p.Hq, p.L, p.S);
   return plan;
 }
 
@@ -135,6 +136,12 @@ export function resolveFlex(
   L: number,
   S: number,
 ): FlexSpec {
+  if (mods === null || typeof mods !== 'object') {
+    throw new TypeError(
+      `${fn}: flex must be an object { maskMod?, scoreMod?, blockMask? }, got ${formatValue(mods)}`,
+    );
+  }
+  checkOptionNames(fn, mods, ['scoreMod', 'maskMod', 'blockMask']);
   const { scoreMod, blockMask } = mods;
   let { maskMod } = mods;
   if (scoreMod !== undefined && typeof scoreMod !== 'function') {

@@ -98,8 +98,9 @@ export const causalMask: MaskMod = defineMask((_b, _h, q, kv) => q >= kv, 'causa
  */
 export function slidingWindowMask(w: number): MaskMod {
   checkCount('slidingWindowMask', 'w', w, 1);
+  // Bounds past 2^30 mean "unbounded" to the kernels (int32 programs); no sequence is that long.
   return defineMask((_b, _h, q, kv) => q >= kv && q - kv < w, `slidingWindowMask(${w})`, {
-    ops: op3(MaskOp.DIFF, 0, w - 1),
+    ops: op3(MaskOp.DIFF, 0, Math.min(w - 1, UNBOUNDED)),
     ints: NO_INTS,
   });
 }
@@ -108,7 +109,17 @@ export function slidingWindowMask(w: number): MaskMod {
 export function prefixLmMask(prefixLength: number): MaskMod {
   checkCount('prefixLmMask', 'prefixLength', prefixLength, 0);
   return defineMask((_b, _h, q, kv) => kv < prefixLength || q >= kv, `prefixLmMask(${prefixLength})`, {
-    ops: op3(MaskOp.KV_BELOW, prefixLength, 0, MaskOp.DIFF, 0, UNBOUNDED, MaskOp.OR, 0, 0),
+    ops: op3(
+      MaskOp.KV_BELOW,
+      Math.min(prefixLength, UNBOUNDED),
+      0,
+      MaskOp.DIFF,
+      0,
+      UNBOUNDED,
+      MaskOp.OR,
+      0,
+      0,
+    ),
     ints: NO_INTS,
   });
 }
@@ -128,7 +139,7 @@ export function documentMask(docIds: TensorLike | Int32Array | readonly number[]
   const ids = new Int32Array(values.length);
   for (let i = 0; i < values.length; i++) {
     const x = values[i];
-    if (!Number.isInteger(x) || Math.abs(x) > 2 ** 31 - 1) {
+    if (!Number.isInteger(x) || x > 2 ** 31 - 1 || x < -(2 ** 31)) {
       throw new RangeError(`${FN}: docIds must be 32-bit integers, got ${formatValue(x)} at index ${i}`);
     }
     ids[i] = x;
@@ -167,7 +178,8 @@ function combine(fn: string, mods: MaskMod[], all: boolean): MaskMod {
       );
     }
   });
-  if (mods.length === 0) return noopMask;
+  // No mods: and is "every key" (noopMask), or is "no key", as PyTorch's and_masks() / or_masks().
+  if (mods.length === 0) return all ? noopMask : NO_KEY;
   const call: MaskMod = all
     ? (b, h, q, kv) => mods.every((m) => m(b, h, q, kv) === true)
     : (b, h, q, kv) => mods.some((m) => m(b, h, q, kv) === true);
@@ -197,6 +209,12 @@ function combine(fn: string, mods: MaskMod[], all: boolean): MaskMod {
   return defineMask(call, name, program, Math.min(...known.map((x) => x.maxIndex)));
 }
 
+/** No key visible: orMasks() of nothing. */
+const NO_KEY: MaskMod = defineMask(() => false, 'orMasks()', {
+  ops: op3(MaskOp.KV_BELOW, 0, 0),
+  ints: NO_INTS,
+});
+
 /** A mask mod that allows a key when every one of `mods` does (PyTorch's and_masks). */
 export function andMasks(...mods: MaskMod[]): MaskMod {
   return combine('andMasks', mods, true);
@@ -224,8 +242,9 @@ export function alibiScore(numHeads: number): ScoreMod {
 
 /** Soft-capping (Gemma 2, Grok): cap · tanh(score / cap), which keeps every score within (−cap, cap). */
 export function softcapScore(cap: number): ScoreMod {
-  if (typeof cap !== 'number' || !Number.isFinite(cap) || cap <= 0) {
-    throw new RangeError(`softcapScore: cap must be a finite number > 0, got ${formatValue(cap)}`);
+  // The kernels hold cap (and cap·log2 e) as float32: a cap outside [1e-30, 1e30] would not survive that.
+  if (typeof cap !== 'number' || !(cap >= 1e-30 && cap <= 1e30)) {
+    throw new RangeError(`softcapScore: cap must be a number in [1e-30, 1e30], got ${formatValue(cap)}`);
   }
   const c = Math.fround(cap);
   return defineScore((score) => c * Math.tanh(score / c), `softcapScore(${cap})`, {

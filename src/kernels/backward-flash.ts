@@ -80,8 +80,11 @@ function flashTask(
             const kRow = kvRow(p, b, hk, j) * E;
             for (let e = 0; e < E; e++) dot += q[qRow + e] * k[kRow + e];
             let s = dot * scale;
-            if (bias) s += bias.data[b * bias.sb + h * bias.sh + i * bias.sl + j * bias.ss];
-            if (flex) {
+            const bv = bias ? bias.data[b * bias.sb + h * bias.sh + i * bias.sl + j * bias.ss] : 0;
+            s += bv;
+            // A −∞ bias blocks the key whatever the score mod would make of it (as the forward).
+            if (flex && bv === Number.NEGATIVE_INFINITY) s = bv;
+            else if (flex) {
               slope[Prow + j - j0] = flexScoreSlope(flex, s, b, h, i, j);
               s = flexScore(flex, s, b, h, i, j);
             }

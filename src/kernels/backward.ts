@@ -48,8 +48,11 @@ function referenceTask(p: BackwardProblem, inputs: BackwardInputs, grads: Attent
         let dot = 0;
         for (let e = 0; e < E; e++) dot += q[qBase + e] * k[kRow + e];
         let s = dot * scale;
-        if (bias) s += bias.data[b * bias.sb + h * bias.sh + i * bias.sl + j * bias.ss];
-        if (flex) {
+        const bv = bias ? bias.data[b * bias.sb + h * bias.sh + i * bias.sl + j * bias.ss] : 0;
+        s += bv;
+        // A −∞ bias blocks the key whatever the score mod would make of it (as the forward).
+        if (flex && bv === Number.NEGATIVE_INFINITY) s = bv;
+        else if (flex) {
           // The score mod's slope at the unmodified score carries dS back through the mod.
           slope[j] = flexScoreSlope(flex, s, b, h, i, j);
           s = flexScore(flex, s, b, h, i, j);

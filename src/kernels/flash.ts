@@ -84,7 +84,14 @@ export const flashKernel: AttentionKernel = {
             }
             for (; e < E; e++) d0 += qRow[e] * k[kRow + e];
             let s = (d0 + d1 + (d2 + d3)) * scale;
-            if (bias) s += bias.data[biasBase + i * bias.sl + j * bias.ss];
+            if (bias) {
+              const bv = bias.data[biasBase + i * bias.sl + j * bias.ss];
+              if (flex && bv === Number.NEGATIVE_INFINITY) {
+                tile[t + c] = bv; // a −∞ bias blocks the key whatever the score mod would make of it
+                continue;
+              }
+              s += bv;
+            }
             if (flex) s = flexScore(flex, s, b, h, i, j);
             tile[t + c] = s;
           }

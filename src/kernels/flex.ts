@@ -157,9 +157,14 @@ export function flexScore(f: FlexSpec, s: number, b: number, h: number, i: numbe
       cause: err,
     });
   }
-  if (typeof r === 'number' && (!Number.isNaN(r) || Number.isNaN(s))) return r;
+  if (
+    typeof r === 'number' &&
+    (!Number.isNaN(r) || Number.isNaN(s)) &&
+    (r !== Number.POSITIVE_INFINITY || s === r)
+  )
+    return r;
   throw new TypeError(
-    `flexAttention: scoreMod ${f.scoreName} returned ${describe(r)} for score ${s} at ${at(b, h, i, j)}; it must return a number (−Infinity blocks the key; NaN only for a NaN score)`,
+    `flexAttention: scoreMod ${f.scoreName} returned ${describe(r)} for score ${s} at ${at(b, h, i, j)}; it must return a number (−Infinity blocks the key; NaN or +Infinity only for such a score)`,
   );
 }
 

@@ -43,7 +43,12 @@ export function finishScore(
   s: number,
 ): number {
   const bias = p.bias;
-  if (bias) s += bias.data[b * bias.sb + h * bias.sh + i * bias.sl + j * bias.ss];
+  if (bias) {
+    const bv = bias.data[b * bias.sb + h * bias.sh + i * bias.sl + j * bias.ss];
+    // A key a −∞ bias blocks stays blocked: a score mod never sees it (soft-capping would revive it).
+    if (p.flex && bv === Number.NEGATIVE_INFINITY) return bv;
+    s += bv;
+  }
   return p.flex ? flexScore(p.flex, s, b, h, i, j) : s;
 }
 
