@@ -249,9 +249,8 @@ describe('Trainer threads: failures throw, naming the thread, never hang', () =>
       startWorker: () => ({ alive: true, lastError: '', terminate: async () => {} }),
     };
     const t = new Trainer({ task: 'copy', threads: 2, platform: silent, threadTimeout: 300 });
-    const t0 = performance.now();
+    // The message names the timeout it waited for; the test's own time limit catches a wait that never ends.
     expect(() => t.trainStep()).toThrow(/training thread 1 \(of 2\) made no progress in 0\.3 s/);
-    expect(performance.now() - t0).toBeLessThan(5000);
   });
 
   it('a platform that cannot start workers, or refuses shared memory', () => {

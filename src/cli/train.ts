@@ -459,9 +459,10 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
   };
   const stop = interruptFlag();
   const t0 = performance.now();
-  const trainSeconds = () => (trainedBefore + (performance.now() - t0) / 1000).toFixed(1);
+  const trainSeconds = () => trainedBefore + (performance.now() - t0) / 1000;
   const save = () => {
-    const seconds = trainSeconds();
+    // Milliseconds: a short run on a quiet machine must not record 0.0 s.
+    const seconds = trainSeconds().toFixed(3);
     writeFileAtomic(
       out,
       saveCheckpoint(model, {
@@ -505,7 +506,7 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
   const final = tail.reduce((sum, x) => sum + x, 0) / Math.max(1, tail.length);
   const held = heldOut();
   io.stdout.write(
-    `${interrupted ? 'interrupted' : 'trained'} lm: ${trainer.step}/${plural(trainer.steps, 'step')} (${seconds.toFixed(1)} s this run, ${trainSeconds()} s in all), ` +
+    `${interrupted ? 'interrupted' : 'trained'} lm: ${trainer.step}/${plural(trainer.steps, 'step')} (${seconds.toFixed(1)} s this run, ${trainSeconds().toFixed(1)} s in all), ` +
       `training loss ${final.toFixed(4)} (mean of last ${tail.length})${held ? `, ${held}` : ''}; checkpoint ${out}, state ${statePath}, loss curve ${plot}\n`,
   );
   return interrupted ? 130 : 0;
