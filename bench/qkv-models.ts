@@ -10,6 +10,7 @@ import { wasmBuild } from './qkv.js';
 import { T1, type T1Impl, type TrainStep, t1Batch } from './t1.js';
 
 type Qkv = typeof import('qkv');
+type QkvNn = typeof import('qkv/nn');
 type Forward = (q: unknown, k: unknown, v: unknown, options?: Record<string, unknown>) => unknown;
 type AsyncForward = (...args: Parameters<Forward>) => Promise<{ output: { data: Float32Array } }>;
 
@@ -40,7 +41,8 @@ export async function prepareQkvMha(
  * loss. More than one thread needs a `threads` option of TinyTransformer.forward, which is probed.
  */
 export async function prepareQkvTrain(impl: Extract<T1Impl, { kind: 'qkv' }>): Promise<TrainStep> {
-  const { TinyTransformer, autograd }: Qkv = await import('qkv');
+  const { TinyTransformer }: Qkv = await import('qkv');
+  const { autograd }: QkvNn = await import('qkv/nn');
   const { batch: B, seqLen: L } = T1;
   const model = new TinyTransformer(
     {
@@ -75,7 +77,7 @@ export async function prepareQkvTrain(impl: Extract<T1Impl, { kind: 'qkv' }>): P
  * one-thread row; the same weights (seed 1).
  */
 async function prepareParallelTrain(threads: number, config: Record<string, unknown>): Promise<TrainStep> {
-  const qkv = (await import('qkv')) as Qkv & Record<string, unknown>;
+  const qkv = (await import('qkv/nn')) as QkvNn & Record<string, unknown>;
   const { Trainer, WordTokenizer } = qkv;
   const platform = qkv['nodeTrainPlatform'];
   if (platform === undefined) throw new Error('not available: this build has no nodeTrainPlatform');

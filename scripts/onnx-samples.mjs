@@ -9,13 +9,8 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import {
-  MultiHeadAttention,
-  SelfAttention,
-  saveCheckpoint,
-  Tensor,
-  TinyTransformer,
-} from '../dist/index.node.js';
+import { MultiHeadAttention, SelfAttention, Tensor, TinyTransformer } from '../dist/index.node.js';
+import { saveCheckpoint } from '../dist/nn/index.node.js';
 import { toOnnx } from '../dist/onnx/index.js';
 
 const { values } = parseArgs({

@@ -76,23 +76,42 @@ function compare(entry: string, dir: string): void {
   }
 }
 
+/** The package's entries: the "exports" subpath, the source file of its browser condition, the reference folder. */
+const ENTRIES = [
+  { subpath: '.', file: 'src/index.ts', dir: 'qkv' },
+  { subpath: './nn', file: 'src/nn/index.ts', dir: 'qkv/nn' },
+  { subpath: './viz', file: 'src/viz/index.ts', dir: 'qkv/viz' },
+  { subpath: './io', file: 'src/io/index.ts', dir: 'qkv/io' },
+  { subpath: './onnx', file: 'src/onnx/index.ts', dir: 'qkv/onnx' },
+];
+
 describe('docs/reference (npm run docs:api)', () => {
   const reference = join(root, 'docs/reference');
 
-  it("documents every name src/index.ts exports ('qkv'), autograd's included, and no other", () => {
-    compare('src/index.ts', join(reference, 'qkv'));
-  });
+  for (const { file, dir } of ENTRIES) {
+    it(`documents every name ${file} exports ('${dir}'), its namespaces' included, and no other`, () => {
+      compare(file, join(reference, dir));
+    });
+  }
 
-  it("documents every name src/onnx/index.ts exports ('qkv/onnx'), and no other", () => {
-    compare('src/onnx/index.ts', join(reference, 'qkv/onnx'));
-  });
-
-  it('package.json "exports" has exactly these entries, and the index links them', () => {
+  it('package.json "exports" has exactly these entries, and the index links each', () => {
     const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
-    expect(Object.keys(pkg.exports).filter((k) => k !== './package.json')).toEqual(['.', './onnx']);
+    expect(Object.keys(pkg.exports).filter((k) => k !== './package.json')).toEqual(
+      ENTRIES.map((e) => e.subpath),
+    );
     const index = readFileSync(join(reference, 'README.md'), 'utf8');
-    expect(index).toContain('(qkv/README.md)');
-    expect(index).toContain('(qkv/onnx/README.md)');
+    for (const { dir } of ENTRIES) expect(index).toContain(`(${dir}/README.md)`);
+  });
+
+  it('each exported name lives in exactly one entry', () => {
+    const homes = new Map<string, string[]>();
+    for (const { file } of ENTRIES) {
+      for (const name of exportsOf(join(root, file)).names)
+        homes.set(name, [...(homes.get(name) ?? []), file]);
+    }
+    const twice = [...homes].filter(([, files]) => files.length > 1).map(([n, files]) => `${n}: ${files}`);
+    expect(twice).toEqual([]);
+    expect(homes.size).toBeGreaterThan(100); // the walk read the entries
   });
 
   it('holds no absolute paths or dates (regenerating elsewhere changes nothing)', () => {

@@ -27,7 +27,8 @@ vi.mock('../src/kernels/matmul.js', async (importOriginal) => {
 
 const { crossEntropy } = await import('../src/autograd/ops.js');
 const { backward } = await import('../src/autograd/var.js');
-const { MultiHeadAttention, Tensor, seededStack, traceStack } = await import('../src/index.js');
+const { MultiHeadAttention, Tensor } = await import('../src/index.js');
+const { seededStack, traceStack } = await import('../src/viz/index.js');
 const { TinyTransformer } = await import('../src/model/transformer.js');
 
 beforeEach(() => {

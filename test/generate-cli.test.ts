@@ -6,7 +6,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { main } from '../src/cli/main.js';
-import { saveCheckpoint, TinyTransformer, WordTokenizer } from '../src/index.js';
+import { TinyTransformer } from '../src/index.js';
+import { saveCheckpoint, WordTokenizer } from '../src/nn/index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'qkv-generate-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

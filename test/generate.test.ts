@@ -4,8 +4,9 @@
 
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { autograd, Generator, KVCache, MultiHeadAttention, Tensor, TinyTransformer } from '../src/index.js';
+import { Generator, KVCache, MultiHeadAttention, Tensor, TinyTransformer } from '../src/index.js';
 import { argmax, sampleToken, tokenDistribution } from '../src/model/sampling.js';
+import { autograd } from '../src/nn/index.js';
 
 /** Splits n into consecutive chunk lengths (prefill chunks, then single tokens). */
 function chunksOf(n: number, cuts: number[]): number[] {

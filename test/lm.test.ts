@@ -6,8 +6,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { main } from '../src/cli/main.js';
-import { autograd, BpeTokenizer, Generator, loadCheckpoint, saveCheckpoint, Trainer } from '../src/index.js';
+import { Generator } from '../src/index.js';
 import { decodeSafetensors } from '../src/io/safetensors.js';
+import { autograd, BpeTokenizer, loadCheckpoint, saveCheckpoint, Trainer } from '../src/nn/index.js';
 import { languageModelTask, loadLanguageModel, textBits } from '../src/train/lm.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'qkv-lm-'));

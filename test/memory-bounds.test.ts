@@ -162,9 +162,10 @@ describe('a synchronous loop of steps keeps no step’s arrays', () => {
     // The WASM drivers remembered their last call through a WeakRef, and a WeakRef keeps its target until
     // the current job ends: a loop that never awaits (Trainer.trainStep in a while loop, as the README
     // shows) kept every step's q, k, v and activations, ~5 MB a step at this size (1.3 GB at step 200).
-    const dist = fileURLToPath(new URL('../dist/index.node.js', import.meta.url));
+    const dist = fileURLToPath(new URL('../dist/', import.meta.url));
     const script = `
-      const { TinyTransformer, autograd } = await import(${JSON.stringify(dist)});
+      const { TinyTransformer } = await import(${JSON.stringify(`${dist}index.node.js`)});
+      const { autograd } = await import(${JSON.stringify(`${dist}nn/index.node.js`)});
       const { AdamW, crossEntropy, backward, noGrad } = autograd;
       const m = new TinyTransformer({ vocabSize: 512, dModel: 128, numHeads: 4, numLayers: 2, dFF: 512, maxLen: 128, causal: true }, { seed: 1 });
       const opt = new AdamW(m.parameters());

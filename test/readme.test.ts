@@ -1,7 +1,8 @@
 // The TypeScript examples of README.md and docs/*.md work as a user would paste them: every ```ts block
-// that imports from 'qkv' (or 'qkv/onnx') is its own module with its own import lines, type-checks
-// against the package's shipped types (tsc, strict), and runs with Node. Nothing is injected: a block that
-// uses a name it does not import fails here (TS2304), as it would for the user.
+// that imports from 'qkv' (or a subpath: 'qkv/nn', 'qkv/viz', 'qkv/io', 'qkv/onnx') is its own module
+// with its own import lines, type-checks against the package's shipped types (tsc, strict), and runs
+// with Node. Nothing is injected: a block that uses a name it does not import fails here (TS2304), as it
+// would for the user.
 // One decision to know: the examples run against the package as a user installs it: `npm pack` (the
 // tarball of what package.json's "files" ships, built by npm test first) installed with npm into
 // test/.readme-examples/<pid>/, a small app of its own; each block is a module there importing 'qkv', so a

@@ -1,5 +1,7 @@
-// Structure rules that keep the library portable: nothing reachable from the public entry imports node:*
-// (it must run in browsers), and the source has no import cycles.
+// Structure rules that keep the library portable: nothing reachable from a public entry's browser source
+// (package.json "exports": each subpath's "default" target, dist/x.js ↔ src/x.ts) imports node:* (it
+// must run in browsers), each Node source ("node" condition) only adds to its browser source, and the
+// source has no import cycles.
 
 import { readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -7,6 +9,18 @@ import { fileURLToPath } from 'node:url';
 import { expect, it } from 'vitest';
 
 const src = fileURLToPath(new URL('../src/', import.meta.url));
+const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8'));
+
+/** The source file of a dist/ target ('./dist/nn/index.js' → src/nn/index.ts). */
+const sourceOf = (target: string) => join(src, target.replace(/^\.\/dist\//, '').replace(/\.js$/, '.ts'));
+type Conditions = { node?: string | { default: string }; default: string };
+const entries = Object.entries(pkg.exports as Record<string, Conditions | string>)
+  .filter(([subpath]) => subpath !== './package.json')
+  .map(([subpath, c]) => {
+    const conditions = c as Conditions;
+    const node = typeof conditions.node === 'object' ? conditions.node.default : conditions.node;
+    return { subpath, browser: sourceOf(conditions.default), node: node && sourceOf(node) };
+  });
 
 function importsOf(file: string): string[] {
   const text = readFileSync(file, 'utf8');
@@ -19,20 +33,41 @@ function resolveLocal(from: string, spec: string): string {
   return resolve(dirname(from), spec.replace(/\.js$/, '.ts'));
 }
 
-it('nothing reachable from src/index.ts imports node:* or a package', () => {
-  const seen = new Set<string>();
-  const offenders: string[] = [];
-  const visit = (file: string) => {
-    if (seen.has(file)) return;
-    seen.add(file);
-    for (const spec of importsOf(file)) {
-      if (spec.startsWith('.')) visit(resolveLocal(file, spec));
-      else offenders.push(`${relative(src, file)} imports '${spec}'`);
-    }
-  };
-  visit(join(src, 'index.ts'));
-  expect(seen.size).toBeGreaterThan(5); // the walk really followed imports
-  expect(offenders).toEqual([]);
+it('package.json "exports" lists the entries: qkv, qkv/nn, qkv/viz, qkv/io, qkv/onnx', () => {
+  expect(entries.map((e) => e.subpath)).toEqual(['.', './nn', './viz', './io', './onnx']);
+  expect(relative(src, entries[0].browser)).toBe('index.ts');
+  expect(relative(src, entries[0].node!)).toBe('index.node.ts');
+});
+
+for (const { subpath, browser } of entries) {
+  it(`nothing reachable from '${subpath}' (src/${relative(src, browser)}) imports node:* or a package`, () => {
+    const seen = new Set<string>();
+    const offenders: string[] = [];
+    const visit = (file: string) => {
+      if (seen.has(file)) return;
+      seen.add(file);
+      for (const spec of importsOf(file)) {
+        if (spec.startsWith('.')) visit(resolveLocal(file, spec));
+        else offenders.push(`${relative(src, file)} imports '${spec}'`);
+      }
+    };
+    visit(browser);
+    expect(seen.size).toBeGreaterThan(3); // the walk really followed imports
+    expect(offenders).toEqual([]);
+  });
+}
+
+it('each Node source re-exports its browser source and adds only the Node thread platforms', () => {
+  const withNode = entries.filter((e) => e.node);
+  expect(withNode.map((e) => e.subpath)).toEqual(['.', './nn']);
+  for (const { browser, node } of withNode) {
+    const file = node!;
+    const self = `./${relative(dirname(file), browser).replace(/\.ts$/, '.js')}`; // './index.js'
+    expect(readFileSync(file, 'utf8'), relative(src, file)).toContain(`export * from '${self}';`);
+    const others = importsOf(file).filter((spec) => spec !== self);
+    expect(others.length, relative(src, file)).toBeGreaterThan(0);
+    for (const spec of others) expect(spec, relative(src, file)).toMatch(/\/threads\/(node|train-node)\.js$/);
+  }
 });
 
 it('src has no import cycles', () => {
@@ -49,7 +84,10 @@ it('src has no import cycles', () => {
       if (spec.startsWith('.')) visit(resolveLocal(file, spec), [...path, file]);
     state.set(file, 'done');
   };
-  visit(join(src, 'index.ts'), []);
+  for (const { browser, node } of entries) {
+    visit(browser, []);
+    if (node) visit(node, []);
+  }
   visit(join(src, 'cli.ts'), []);
   expect(cycles).toEqual([]);
 });

@@ -13,7 +13,7 @@ import type { Trainer as TrainerClass } from '../src/train/trainer.js';
 const dist = fileURLToPath(new URL('../dist/', import.meta.url));
 const { Trainer, getTask } = await import(`${dist}train/trainer.js`);
 const { languageModelTask } = await import(`${dist}train/lm.js`);
-const { BpeTokenizer } = await import(`${dist}index.js`);
+const { BpeTokenizer } = await import(`${dist}nn/index.js`);
 const { nodeTrainPlatform } = await import(`${dist}threads/train-node.js`);
 const { shardRows } = await import(`${dist}train/parallel.js`);
 

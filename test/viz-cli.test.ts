@@ -8,9 +8,16 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { main } from '../src/cli/main.js';
-import { heatmapLayout, readPngSize, seededStack, stepViews, tokenize, traceStack } from '../src/index.js';
 import { TinyTransformer } from '../src/model/transformer.js';
 import { saveCheckpoint } from '../src/train/checkpoint.js';
+import {
+  heatmapLayout,
+  readPngSize,
+  seededStack,
+  stepViews,
+  tokenize,
+  traceStack,
+} from '../src/viz/index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'qkv-viz-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -3,20 +3,19 @@
 // masked row); a state dict round-trips through the checkpoint boundary.
 
 import { describe, expect, it } from 'vitest';
+import { MultiHeadAttention, Tensor } from '../src/index.js';
+import { TinyTransformer } from '../src/model/transformer.js';
+import { saveCheckpoint } from '../src/train/checkpoint.js';
 import {
-  MultiHeadAttention,
   STEP_IDS,
   seededStack,
   stackFromSafetensors,
   stackFromStateDict,
   stackStateDict,
   stepViews,
-  Tensor,
   tokenize,
   traceStack,
-} from '../src/index.js';
-import { TinyTransformer } from '../src/model/transformer.js';
-import { saveCheckpoint } from '../src/train/checkpoint.js';
+} from '../src/viz/index.js';
 import { expectAllClose } from './helpers.js';
 
 const tokens = tokenize("The animal didn't cross the street because it was too tired");

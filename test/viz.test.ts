@@ -4,6 +4,8 @@
 
 import { deflateSync, inflateSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
+import { lineChartSvg } from '../src/train/plot.js';
+import { glyphRows, hasGlyph } from '../src/viz/font.js';
 import {
   articleScalingExample,
   colorAt,
@@ -24,9 +26,7 @@ import {
   softmaxStats,
   tiledKernelBytes,
   tokenize,
-} from '../src/index.js';
-import { lineChartSvg } from '../src/train/plot.js';
-import { glyphRows, hasGlyph } from '../src/viz/font.js';
+} from '../src/viz/index.js';
 import { cellColor, fitLabel, textCells } from '../src/viz/layout.js';
 
 /** Decodes an 8-bit RGBA, filter-0 PNG (what encodePng writes) back to pixels. */

@@ -1,7 +1,7 @@
 /**
  * A small reverse-mode autograd: `Var` (a tensor that records the ops on it), the ops of a transformer
  * (linear, layerNorm, gelu, attention, crossEntropy, …), `backward`, and the AdamW optimiser. Its names
- * are re-exported as one namespace (`import { autograd } from 'qkv'`), so generic op names (add, scale,
+ * are re-exported as one namespace (`import { autograd } from 'qkv/nn'`), so generic op names (add, scale,
  * linear) do not crowd the library's top level.
  *
  * @packageDocumentation

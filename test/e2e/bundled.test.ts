@@ -5,7 +5,9 @@
 // its thread platform the old way (an import side effect in a package that says "sideEffects": false, as
 // the Node entry did); the bundler drops the installation and the same check sees no worker, while the
 // same package with an honest "sideEffects": true gets its workers. Last, package.json's "sideEffects"
-// must list exactly the modules that do something when imported (a static scan of src/).
+// must list exactly the modules that do something when imported (a static scan of src/). The subpath
+// entries (qkv/nn, qkv/viz, qkv/io, qkv/onnx) are bundled the same way: each resolves through "exports"
+// to its browser file and works next to the main entry (one TinyTransformer class across them).
 
 import {
   mkdirSync,
@@ -46,6 +48,34 @@ window.run = async () => {
     isolated: crossOriginIsolated,
     shape: got.shape,
     equal: got.data.length === want.data.length && got.data.every((x, i) => x === want.data[i]),
+  };
+};
+`;
+
+/** An app of the subpath entries: a model from qkv through qkv/nn's checkpoints, qkv/viz, qkv/io, qkv/onnx. */
+const SUBPATHS_APP = `
+import { Tensor, TinyTransformer } from 'qkv';
+import * as nn from 'qkv/nn';
+import { decodeSafetensors, encodeSafetensors } from 'qkv/io';
+import { toOnnx } from 'qkv/onnx';
+import { renderHeatmapSvg, seededStack, stepViews, traceStack } from 'qkv/viz';
+window.run = async () => {
+  const { autograd, loadCheckpoint, saveCheckpoint } = nn;
+  const model = new TinyTransformer({ vocabSize: 12, dModel: 16, numHeads: 2, numLayers: 1, dFF: 32, maxLen: 8, causal: true });
+  const loaded = loadCheckpoint(saveCheckpoint(model)).model;
+  const ids = Int32Array.of(1, 2, 3);
+  const a = autograd.noGrad(() => model.forward(ids, 1, 3).logits.data);
+  const b = autograd.noGrad(() => loaded.forward(ids, 1, 3).logits.data);
+  const tokens = ['the', 'cat', 'sat'];
+  const trace = traceStack(seededStack({ dModel: 16, dK: 8, heads: 2, layers: 1, seed: 0 }), tokens);
+  const svg = renderHeatmapSvg(stepViews(trace.steps, tokens)[0].spec);
+  const decoded = decodeSafetensors(encodeSafetensors({ x: Tensor.from([[1, 2]]) }));
+  return {
+    sameModel: loaded instanceof TinyTransformer && a.length === 36 && a.every((x, i) => x === b[i]),
+    svg: svg.startsWith('<svg'),
+    tensors: Object.keys(decoded.tensors),
+    onnx: toOnnx(model).length > 0,
+    nodeTrainPlatform: 'nodeTrainPlatform' in nn,
   };
 };
 `;
@@ -179,6 +209,19 @@ describe('qkv bundled by Vite', () => {
     expect(got.equal).toBe(true);
     expect(got.shape).toEqual([1, 4, 256, 16]);
     expect(got.warnings).toEqual([]);
+  }, 60_000);
+
+  it('bundles the subpath entries by their browser conditions, working together with the main entry', async () => {
+    const got = (await runPage(await bundle('subpaths', SUBPATHS_APP))) as unknown as Record<string, unknown>;
+    expect(got).toMatchObject({
+      sameModel: true,
+      svg: true,
+      tensors: ['x'],
+      onnx: true,
+      nodeTrainPlatform: false, // qkv/nn's browser file: the Node-only training platform is not in it
+      made: 0, // nothing here asks for threads
+      warnings: [],
+    });
   }, 60_000);
 
   it('the check fails on a platform installed by an import side effect: the bundler drops it', async () => {

@@ -11,13 +11,8 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  loadLanguageModel,
-  saveCheckpoint,
-  TinyTransformer,
-  Trainer,
-  WordTokenizer,
-} from '../../src/index.js';
+import { TinyTransformer } from '../../src/index.js';
+import { loadLanguageModel, saveCheckpoint, Trainer, WordTokenizer } from '../../src/nn/index.js';
 import { openPlayground, type Playground, shots } from './page.js';
 
 const COPY_STEPS = 30;

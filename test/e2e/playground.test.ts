@@ -7,17 +7,17 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadLanguageModel } from '../../src/nn/index.js';
 import {
   headScores,
   heatmapLayout,
-  loadLanguageModel,
   readPngSize,
   SCORE_NAMES,
   seededStack,
   stepViews,
   tokenize,
   traceStack,
-} from '../../src/index.js';
+} from '../../src/viz/index.js';
 import { openPlayground, type Playground, repo, shots } from './page.js';
 import { checkTrainTab } from './train-tab.js';
 

@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Page } from 'playwright-core';
 import { expect } from 'vitest';
-import { loadCheckpoint } from '../../src/index.js';
+import { loadCheckpoint } from '../../src/nn/index.js';
 
 const readout = (page: Page) => page.locator('[data-testid="train-readout"]');
 const stepOf = async (page: Page) => Number(await readout(page).getAttribute('data-step'));

@@ -3,7 +3,7 @@
 // One decision to know: the sums are recomputed here in float64 from the shown float32 matrices, and the
 // last term always prints the value the library produced, so any disagreement would be visible.
 
-import type { StepId } from 'qkv';
+import type { StepId } from 'qkv/viz';
 import type { TraceResult } from './protocol.js';
 
 const n = (x: number) =>

@@ -10,7 +10,7 @@ import {
   type SoftmaxStats,
   scoreMatrixBytes,
   tiledKernelBytes,
-} from 'qkv';
+} from 'qkv/viz';
 import type { SaturationResult, TraceResult } from './protocol.js';
 
 export const DK_STEPS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];

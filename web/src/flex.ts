@@ -12,13 +12,13 @@ import {
   compileScore,
   createBlockMask,
   flexAttentionWeights,
-  type HeatmapTheme,
   type MaskMod,
   ModEvaluationError,
   ModExpressionError,
   type ScoreMod,
   Tensor,
 } from 'qkv';
+import type { HeatmapTheme } from 'qkv/viz';
 import {
   arraysUsed,
   BIAS_TABLE,

@@ -4,7 +4,8 @@
 // so a reader can hover it and the browser tests read what a person sees, not a private hook; token labels
 // always go in through textContent (a checkpoint's tokens such as <bos> are text, not markup).
 
-import { colorAt, type SamplingOptions, tokenDistribution } from 'qkv';
+import { type SamplingOptions, tokenDistribution } from 'qkv';
+import { colorAt } from 'qkv/viz';
 import type { PagedView, SamplingSettings, SequenceView } from './generate-protocol.js';
 
 /** Rows shown of the next-token distribution. */

@@ -8,18 +8,14 @@
 
 import {
   Generator,
-  getTask,
   KVCache,
-  loadCheckpoint,
   PagedKVCache,
   sampleToken,
-  TASK_NAMES,
   Tensor,
   type TinyTransformer,
-  type Tokenizer,
   tokenDistribution,
-  UnknownTokenError,
 } from 'qkv';
+import { getTask, loadCheckpoint, TASK_NAMES, type Tokenizer, UnknownTokenError } from 'qkv/nn';
 import type {
   GenerateRequest,
   GenerateResponse,

@@ -3,7 +3,7 @@
 // skips lines below 0.5 % weight and strokes one path per opacity level (256 levels), so 512 tokens ×
 // several heads stays interactive.
 
-import type { HeatmapTheme } from 'qkv';
+import type { HeatmapTheme } from 'qkv/viz';
 
 export const HEAD_COLORS = [
   '#1f77b4',

@@ -14,7 +14,7 @@ import {
   LIGHT_THEME,
   paintHeatmap,
   renderHeatmapSvg,
-} from 'qkv';
+} from 'qkv/viz';
 
 export const EXPORT_RATIO = 2;
 const FONT = '12px ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace';

@@ -8,18 +8,16 @@
 // tokens, and, being a decoder, its heads get scores (headScores on a small repeated-sequence probe,
 // computed once per page) that the model view shows as labels.
 
+import { Generator, type TinyTransformer } from 'qkv';
+import { loadCheckpoint, type Tokenizer } from 'qkv/nn';
 import {
   type AttentionStack,
   type CheckpointStack,
-  Generator,
   headScores,
-  loadCheckpoint,
   SCORE_NAMES,
   seededStack,
   stackFromSafetensors,
-  type TinyTransformer,
-  type Tokenizer,
-} from 'qkv';
+} from 'qkv/viz';
 import type { HeadLabel, ModelConfig, ModelSource } from './protocol.js';
 
 const CHECKPOINT_URL = new URL('../../models/pronoun.safetensors', import.meta.url).href;

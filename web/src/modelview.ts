@@ -3,7 +3,7 @@
 // up without smoothing, so a 512-token map costs one 512×512 ImageData per head. A decoder language model's
 // heads carry a label under the thumbnail: the strongest of the four named scores (model-source.ts).
 
-import { colorAt, type ScoreName } from 'qkv';
+import { colorAt, type ScoreName } from 'qkv/viz';
 import type { HeadLabel } from './protocol.js';
 
 export const THUMB = 96;

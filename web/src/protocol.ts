@@ -2,7 +2,7 @@
 // One decision to know: the worker sends plain data (typed arrays, specs), never class instances, so
 // structured cloning copies it once and the page never recomputes anything.
 
-import type { ScoreName, SoftmaxStats, StepView } from 'qkv';
+import type { ScoreName, SoftmaxStats, StepView } from 'qkv/viz';
 
 /**
  * 'checkpoint' = the trained models/pronoun.safetensors when it exists; 'lm' = the language model

@@ -3,7 +3,7 @@
 // its decoded text with the whitespace made visible: " the" → "·the", a newline → "↵", a tab → "⇥".
 // One decision to know: this is for display only — the stack still embeds tokens by their stored names.
 
-import type { Tokenizer } from 'qkv';
+import type { Tokenizer } from 'qkv/nn';
 
 /** Makes the whitespace of a decoded token visible (spaces "·", newlines "↵", tabs "⇥"). */
 export function visibleText(text: string): string {

@@ -4,7 +4,7 @@
 // form their pattern in layer 0 with seed 0, not in the last layer). Which note a task gets, and its
 // words, come from the task's display (layers 'last' or 'all', its pattern) and the sample's own tokens.
 
-import type { TaskDisplay } from 'qkv';
+import type { TaskDisplay } from 'qkv/nn';
 import type { TrainAttention } from './train-protocol.js';
 
 /** Text for innerHTML: a token such as "<sep>" must read as text, not open a tag. */

@@ -2,7 +2,7 @@
 // One decision to know: the worker owns the Trainer and the page owns nothing but what it is sent, so a
 // run survives tab switches and the page never waits on a step; numbers travel as plain data.
 
-import type { TaskName } from 'qkv';
+import type { TaskName } from 'qkv/nn';
 
 /** Attention maps are posted after every this many steps, and at step 0, at the end and on pause. */
 export const ATTENTION_EVERY = 10;

@@ -6,7 +6,8 @@
 // What differs between tasks (the layer to open on, the note, whether the other views can take the model)
 // is read from the task's `display`, never from its name.
 
-import { getTask, type HeatmapSpec, lineChartSvg, TASK_NAMES, type TaskDisplay, type TaskName } from 'qkv';
+import { getTask, TASK_NAMES, type TaskDisplay, type TaskName } from 'qkv/nn';
+import { type HeatmapSpec, lineChartSvg } from 'qkv/viz';
 import { download, HeatmapCard } from './heatmap.js';
 import { allLayersNote, lastLayerNote } from './train-notes.js';
 import {

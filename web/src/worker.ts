@@ -4,17 +4,9 @@
 // the model has one (labels as typed, a BPE token's whitespace made visible; the tokens it embeds in the
 // tokenizer's spelling), by words otherwise; a model with a maxLen reads that many tokens at most.
 
-import {
-  attentionWeights,
-  saturationAt,
-  softmaxStats,
-  stepViews,
-  Tensor,
-  type Tokenizer,
-  tokenize,
-  traceStack,
-  UnknownTokenError,
-} from 'qkv';
+import { attentionWeights, Tensor } from 'qkv';
+import { type Tokenizer, UnknownTokenError } from 'qkv/nn';
+import { saturationAt, softmaxStats, stepViews, tokenize, traceStack } from 'qkv/viz';
 import { loadStack, probeText, useTrainedCheckpoint } from './model-source.js';
 import {
   type ErrorResult,
