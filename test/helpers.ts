@@ -2,7 +2,7 @@
 
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { expect } from 'vitest';
+import { expect, vi } from 'vitest';
 import { Tensor } from '../src/index.js';
 
 /** A tensor as written by scripts/make_fixtures.py; ±Infinity and NaN are strings. */
@@ -89,4 +89,28 @@ export function expectAllClose(
   expect(actual.data.length, `${label} length`).toBe(want.length);
   const failure = closeFailure(label, actual.data, want, { atol, rtol });
   if (failure) expect.fail(failure);
+}
+
+/**
+ * Runs `calls`, async calls of the browser entry (src/index.ts) under Node: there the entry's default
+ * runtime has no Web Workers, so they run on one thread and say so, once per process, with console.warn —
+ * as they must for users. A test that runs them on purpose asserts that warning here (exactly one, naming
+ * `fn`) instead of printing it, so the test run stays quiet while the warning stays tested. The runtime
+ * remembers the reasons it said in a global set (src/threads/runner.ts); the reason is forgotten first, so
+ * the warning comes during `calls` whatever ran before in this process.
+ */
+export async function expectOneThreadWarning<T>(fn: string, calls: () => Promise<T>): Promise<T> {
+  const reason = 'this runtime has no Web Workers';
+  const said = (globalThis as { [key: symbol]: Set<string> | undefined })[
+    Symbol.for('qkv.oneThreadWarnings')
+  ];
+  said?.delete(reason);
+  const warn = vi.spyOn(console, 'warn').mockImplementation(() => {});
+  try {
+    const result = await calls();
+    expect(warn.mock.calls).toEqual([[`qkv: ${fn} runs on one thread: ${reason}`]]);
+    return result;
+  } finally {
+    warn.mockRestore();
+  }
 }
