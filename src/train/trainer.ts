@@ -57,7 +57,7 @@ export interface TrainerOptions {
   threads?: number;
   /**
    * How worker threads are made (needed when threads > 1): in Node, `nodeTrainPlatform` from the Node
-   * entry (`import { nodeTrainPlatform } from 'qkv'`).
+   * entry (`import { nodeTrainPlatform } from 'qkv/nn'`).
    */
   platform?: TrainPlatform;
   /**
@@ -162,7 +162,7 @@ function checkTrainerOptions(options: TrainerOptions) {
       typeof platform.startWorker !== 'function'
     ) {
       throw new TypeError(
-        `${fn}: threads: ${threads} needs a platform to start worker threads, got ${formatValue(platform)}; in Node pass platform: nodeTrainPlatform (import { nodeTrainPlatform } from 'qkv', the Node entry). Browsers have none yet: use threads: 1 there`,
+        `${fn}: threads: ${threads} needs a platform to start worker threads, got ${formatValue(platform)}; in Node pass platform: nodeTrainPlatform (import { nodeTrainPlatform } from 'qkv/nn', in Node). Browsers have none yet: use threads: 1 there`,
       );
     }
     const why =
