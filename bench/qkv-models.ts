@@ -43,6 +43,9 @@ export async function prepareQkvMha(
 export async function prepareQkvTrain(impl: Extract<T1Impl, { kind: 'qkv' }>): Promise<TrainStep> {
   const { TinyTransformer }: Qkv = await import('qkv');
   const { autograd }: QkvNn = await import('qkv/nn');
+  if (impl.relaxed && wasmBuild() !== 'relaxed-simd') {
+    throw new Error(`the relaxed-SIMD build did not validate here (build in use: ${wasmBuild()})`);
+  }
   const { batch: B, seqLen: L } = T1;
   const model = new TinyTransformer(
     {

@@ -299,7 +299,7 @@ async function main(): Promise<void> {
   }
   if (tables.includes('t1')) {
     console.log('T1: training step, 2-layer decoder, batch 16 × 128 tokens');
-    const rows = await runT1(tableContext);
+    const rows = await runT1(tableContext, relaxedRows);
     results.t1 = rows;
     if (rows.length) console.log(`\n${t1Table(rows, true)}\n\n${t1TargetsTable(rows)}\n`);
   }

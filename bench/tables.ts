@@ -23,7 +23,7 @@ import type { G1Job } from './g1-rows.js';
 import { RELAXED_SIMD_FLAG } from './jobs.js';
 import { finishP2Rows, type P2Row, p2Impls, p2Name, statusText } from './p2.js';
 import { runChild } from './spawn.js';
-import { finishT1Rows, T1_IMPLS, type T1Row, t1Name } from './t1.js';
+import { finishT1Rows, type T1Row, t1Impls, t1Name } from './t1.js';
 import type { TableJob, TableResult } from './table-child.js';
 
 export type TableName = 'attention' | 'p2' | 't1' | 'g1' | 'f1';
@@ -97,10 +97,10 @@ export async function runP2(ctx: TableContext, relaxedRows: boolean): Promise<P2
   return rows;
 }
 
-/** Runs the T1 rows (those `selected` keeps). */
-export async function runT1(ctx: TableContext): Promise<T1Row[]> {
+/** Runs the T1 rows (those `selected` keeps); `relaxedRows` adds qkv's FMA rows (Node 20). */
+export async function runT1(ctx: TableContext, relaxedRows: boolean): Promise<T1Row[]> {
   const rows: T1Row[] = [];
-  const impls = T1_IMPLS.filter((impl) => ctx.selected(`T1 ${t1Name(impl)}`));
+  const impls = t1Impls(relaxedRows).filter((impl) => ctx.selected(`T1 ${t1Name(impl)}`));
   for (const impl of impls) {
     const row: T1Row = {
       implementation: t1Name(impl),
@@ -120,7 +120,8 @@ export async function runT1(ctx: TableContext): Promise<T1Row[]> {
       maxSteps: ctx.quick ? 2 : 12,
       budgetMs: ctx.quick ? 1000 : 20_000,
     };
-    const result = await runChild<TableResult>(script(ctx), job, [], T1_TIMEOUT_MS);
+    const execArgv = impl.kind === 'qkv' && impl.relaxed ? [RELAXED_SIMD_FLAG] : [];
+    const result = await runChild<TableResult>(script(ctx), job, execArgv, T1_TIMEOUT_MS);
     Object.assign(row, {
       status: statusOf(result),
       message: result.message,

@@ -87,3 +87,33 @@ it('a process started with V8 flags can use the worker pool, and its workers run
   expect(relaxedInWorker).toBe(true);
   expect(worst).toBeLessThan(1e-5);
 });
+
+it("the CLI's enableRelaxedSimd: the relaxed build in a process started without the flag, and in workers it starts", () => {
+  // What src/cli.ts does before any WASM compiles. V8 flags are per process, so a worker started later
+  // (the training workers of --threads start with execArgv: [] as this probe does) validates it too.
+  const helper = fileURLToPath(new URL('../dist/cli/relaxed-simd.js', import.meta.url));
+  const script = `
+    const { enableRelaxedSimd } = await import(${JSON.stringify(helper)});
+    const before = WebAssembly.validate(Buffer.from(process.env.RELAXED, 'base64'));
+    const enabled = enableRelaxedSimd();
+    const { kernelSupport } = await import(${JSON.stringify(dist)});
+    const { Worker } = await import('node:worker_threads');
+    const probe = new Worker(
+      'const { parentPort } = require("node:worker_threads");' +
+        'parentPort.postMessage(WebAssembly.validate(Buffer.from(process.env.RELAXED, "base64")))',
+      { eval: true, execArgv: [] },
+    );
+    const relaxedInWorker = await new Promise((resolve) => probe.once('message', resolve));
+    await probe.terminate();
+    console.log(JSON.stringify({ before, enabled, variant: kernelSupport().wasm, relaxedInWorker, again: enableRelaxedSimd() }));
+  `;
+  const { RELAXED_WASM_BASE64 } = generated;
+  const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+    encoding: 'utf8',
+    timeout: 60_000,
+    env: { ...process.env, RELAXED: RELAXED_WASM_BASE64 },
+  });
+  expect(run.stderr).toBe('');
+  const got = JSON.parse(run.stdout);
+  expect(got).toMatchObject({ enabled: true, variant: 'relaxed-simd', relaxedInWorker: true, again: true });
+});
