@@ -4,3 +4,4 @@
 export * from './attention';
 export * from './attention-backward';
 export * from './gemm';
+export * from './ops';

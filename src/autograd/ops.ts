@@ -14,6 +14,12 @@ import {
   linearGradInput,
   linearGradWeight,
 } from '../kernels/matmul.js';
+import {
+  crossEntropyBackwardWasm,
+  crossEntropyWasm,
+  geluBackwardWasm,
+  geluForwardWasm,
+} from '../kernels/ops-wasm.js';
 import { checkRopeArgs, ropeTable, rotateHalfHeads } from '../position/rope.js';
 import type { Generator } from '../random.js';
 import { type Floats, floatsLike, needsGrad, opResult, type Var } from './var.js';
@@ -209,6 +215,7 @@ const GELU_A = 0.044715;
  * bit (the Tensor ops' gelu, to keep their block forward identical to the autograd's).
  */
 export function geluValues(x: Floats, y: Floats): void {
+  if (geluForwardWasm(x, y)) return; // float32: the same loop in WASM SIMD (kernels/ops-wasm.ts)
   const n = x.length;
   for (let i = 0; i < n; i++) {
     const v = x[i];
@@ -218,6 +225,7 @@ export function geluValues(x: Floats, y: Floats): void {
 
 /** geluValues, keeping each e = e^(−2u) in `saved` for the backward. */
 function geluValuesSaving(x: Floats, y: Floats, saved: Floats): void {
+  if (geluForwardWasm(x, y, saved)) return;
   const n = x.length;
   for (let i = 0; i < n; i++) {
     const v = x[i];
@@ -233,6 +241,7 @@ function geluValuesSaving(x: Floats, y: Floats, saved: Floats): void {
  * ∞·0 there), so only x = ±∞ (and NaN) give NaN, as in the tanh form.
  */
 function geluBackward(x: Floats, saved: Floats, dy: Floats, dx: Floats): void {
+  if (geluBackwardWasm(x, saved, dy, dx)) return;
   const n = x.length;
   for (let i = 0; i < n; i++) {
     const v = x[i];
@@ -404,6 +413,17 @@ export function crossEntropy(logits: Var, targets: Int32Array, ignoreIndex = -1)
     if (t === ignoreIndex) continue;
     if (!(t >= 0 && t < C))
       throw new RangeError(`crossEntropy: target ${t} at row ${n} is outside [0, ${C})`);
+  }
+  // Float32 logits: the loop below in WASM SIMD (kernels/ops-wasm.ts: float64 arithmetic, as here);
+  // float64 logits (gradient checks), or no WASM: the loop below.
+  const viaWasm = exact ? undefined : crossEntropyWasm(X, N, C, targets, ignoreIndex, stats);
+  if (viaWasm !== undefined) {
+    total = viaWasm;
+    for (let n = 0; n < N; n++) if (targets[n] !== ignoreIndex) count++;
+  }
+  for (let n = 0; n < N && viaWasm === undefined; n++) {
+    const t = targets[n];
+    if (t === ignoreIndex) continue;
     const o = n * C;
     const end = o + C;
     let max = Number.NEGATIVE_INFINITY;
@@ -425,6 +445,7 @@ export function crossEntropy(logits: Var, targets: Int32Array, ignoreIndex = -1)
     const s = stats!;
     const g = out.grad![0] / count;
     const dx = logits.gradBuffer();
+    if (!exact && crossEntropyBackwardWasm(X, dx, N, C, targets, ignoreIndex, s, g)) return;
     for (let n = 0; n < N; n++) {
       const t = targets[n];
       if (t === ignoreIndex) continue;

@@ -1,0 +1,270 @@
+// The WASM element-wise kernels of the autograd (assembly/ops.ts via src/kernels/ops-wasm.ts: softmax
+// cross-entropy statistics and gradient, tanh-GELU forward and backward) against float64 references
+// written here with Math.exp, on odd sizes (1, 3, 17, 65, 129), sizes that take several chunks of the
+// driver's scratch, a row wider than the scratch, and hostile values (NaN, ±∞, huge logits, ignored rows).
+// One decision to know: the kernels compute in float64 and round once to float32, so each float32 result
+// must be the float64 reference rounded to float32, give or take one float32 ulp (where the exps' last
+// float64 bits move the rounding), and NaN / ±∞ must land exactly where the reference puts them.
+
+import { describe, expect, it } from 'vitest';
+import { crossEntropy, gelu } from '../src/autograd/ops.js';
+import { backward, parameter } from '../src/autograd/var.js';
+import {
+  crossEntropyBackwardWasm,
+  crossEntropyWasm,
+  geluBackwardWasm,
+  geluForwardWasm,
+} from '../src/kernels/ops-wasm.js';
+import { wasmSupport } from '../src/kernels/wasm-runtime.js';
+import { Generator } from '../src/random.js';
+
+const SIZES = [1, 3, 17, 65, 129];
+const GELU_C = Math.sqrt(2 / Math.PI);
+const GELU_A = 0.044715;
+
+function normals(gen: Generator, n: number, scale = 1): Float32Array {
+  const a = new Float32Array(n);
+  for (let i = 0; i < n; i++) {
+    const u = gen.random() || 1e-12;
+    a[i] = Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * gen.random()) * scale;
+  }
+  return a;
+}
+
+/** float32 ulp at |v| (the subnormal spacing below the normal range). */
+function ulp32(v: number): number {
+  const a = Math.abs(v);
+  if (a < 2 ** -126) return 2 ** -149;
+  return 2 ** (Math.floor(Math.log2(a)) - 23);
+}
+
+/** got (float32) is want rounded to float32 within `ulps` float32 ulps; NaN and ±∞ exactly where want has them. */
+function expectRounded(label: string, got: ArrayLike<number>, want: ArrayLike<number>, ulps = 1): void {
+  expect(got.length, label).toBe(want.length);
+  for (let i = 0; i < want.length; i++) {
+    const w = want[i];
+    const g = got[i];
+    if (!Number.isFinite(w) || !Number.isFinite(Math.fround(w))) {
+      if (Object.is(g, Math.fround(w))) continue;
+      expect(g, `${label} [${i}]`).toBe(Math.fround(w));
+    }
+    const err = Math.abs(g - Math.fround(w));
+    if (!(err <= ulps * ulp32(w))) expect.fail(`${label} [${i}]: got ${g}, want ${w} (error ${err})`);
+  }
+}
+
+function plainGelu(v: number): number {
+  return v / (1 + Math.exp(-2 * GELU_C * (v + GELU_A * v * v * v)));
+}
+
+function plainGeluGrad(v: number): number {
+  const e = Math.exp(-2 * GELU_C * (v + GELU_A * v * v * v));
+  const s = 1 / (1 + e);
+  const sp = e < Number.POSITIVE_INFINITY ? e * s * s : 0;
+  return s + 2 * v * sp * GELU_C * (1 + 3 * GELU_A * v * v);
+}
+
+/** Softmax cross-entropy in float64 from float32 logits: the loss sum over counted rows and dx + ∂. */
+function plainCrossEntropy(
+  x: Float32Array,
+  N: number,
+  C: number,
+  targets: Int32Array,
+  ignore: number,
+  g: number,
+  dx0: Float32Array,
+): { total: number; dx: Float64Array } {
+  let total = 0;
+  const dx = Float64Array.from(dx0);
+  for (let n = 0; n < N; n++) {
+    const t = targets[n];
+    if (t === ignore) continue;
+    const o = n * C;
+    let max = Number.NEGATIVE_INFINITY;
+    for (let i = 0; i < C; i++) max = Math.max(max, x[o + i]);
+    let sum = 0;
+    for (let i = 0; i < C; i++) sum += Math.exp(x[o + i] - max);
+    total += max + Math.log(sum) - x[o + t];
+    for (let i = 0; i < C; i++) {
+      const e = Math.exp(x[o + i] - max);
+      dx[o + i] = i === t ? dx0[o + i] + g * (e / sum - 1) : dx0[o + i] + e * (g / sum);
+    }
+  }
+  return { total, dx };
+}
+
+const canRun = wasmSupport() === true;
+
+describe.runIf(canRun)('WASM GELU vs the float64 tanh form', () => {
+  const hostile = [
+    Number.NaN,
+    Number.POSITIVE_INFINITY,
+    Number.NEGATIVE_INFINITY,
+    -0,
+    0,
+    1e-30,
+    -12,
+    -7.3,
+    -5.5,
+    6,
+    30,
+    -30,
+    3e38,
+    -3e38,
+  ];
+  for (const n of [...SIZES, 65536 * 2 + 5]) {
+    it(`n = ${n}: y, the saved e and dx (+= into an existing gradient)`, () => {
+      const gen = new Generator(n);
+      const x = normals(gen, n, 3);
+      for (let i = 0; i < Math.min(n, hostile.length); i++) x[(i * 7919) % n] = hostile[i];
+      const y = new Float32Array(n);
+      const saved = new Float32Array(n);
+      expect(geluForwardWasm(x, y, saved)).toBe(true);
+      const yWant = Array.from(x, plainGelu);
+      const eWant = Array.from(x, (v) => Math.exp(-2 * GELU_C * (v + GELU_A * v * v * v)));
+      expectRounded('y', y, yWant);
+      expectRounded('saved e', saved, eWant);
+      // Without a save: the same y.
+      const y2 = new Float32Array(n);
+      expect(geluForwardWasm(x, y2)).toBe(true);
+      expect(y2).toEqual(y);
+
+      const dy = normals(gen, n);
+      const dx0 = normals(gen, n);
+      const dx = dx0.slice();
+      expect(geluBackwardWasm(x, saved, dy, dx)).toBe(true);
+      // The reference from the same saved (float32) e, as the op's backward reads it.
+      const dxWant = Array.from(x, (v, i) => {
+        const e = saved[i];
+        const s = 1 / (1 + e);
+        const sp = e < Number.POSITIVE_INFINITY ? e * s * s : 0;
+        return dx0[i] + dy[i] * (s + 2 * v * sp * GELU_C * (1 + 3 * GELU_A * v * v));
+      });
+      expectRounded('dx', dx, dxWant);
+      // And the gradient itself is GELU′ (from the exact e) to float32 accuracy where x is finite.
+      for (let i = 0; i < n; i++) {
+        if (!Number.isFinite(x[i]) || Math.abs(x[i]) > 1e6) continue;
+        const want = dx0[i] + dy[i] * plainGeluGrad(x[i]);
+        expect(Math.abs(dx[i] - want)).toBeLessThanOrEqual(
+          4 * ulp32(want) + 1e-6 * Math.abs(dy[i]) * (1 + Math.abs(x[i]) ** 3),
+        );
+      }
+    });
+  }
+
+  it('the autograd gelu on float32 Vars equals the op on float64 Vars rounded (the same function)', () => {
+    const gen = new Generator(9);
+    for (const n of SIZES) {
+      const v = normals(gen, n, 4);
+      const y32 = gelu(parameter(v, [n])).data;
+      const y64 = gelu(parameter(Float64Array.from(v), [n])).data;
+      expectRounded(`n ${n}`, y32, y64);
+    }
+  });
+
+  it('float64 arrays are not served (the JS loop keeps them)', () => {
+    const x = new Float64Array(3);
+    expect(geluForwardWasm(x, new Float64Array(3))).toBe(false);
+    expect(geluBackwardWasm(x, new Float64Array(3), new Float64Array(3), new Float64Array(3))).toBe(false);
+  });
+});
+
+describe.runIf(canRun)('WASM softmax cross-entropy vs float64 with Math.exp', () => {
+  const cases: [number, number][] = [
+    ...SIZES.map((C) => [5, C] as [number, number]),
+    [129, 17],
+    [3, 1],
+    [70, 4096], // several chunks of rows
+    [2, 70000], // a row wider than the scratch: one row a chunk
+  ];
+  for (const [N, C] of cases) {
+    for (const ignore of [-1, 2, -100]) {
+      it(`N ${N}, C ${C}, ignoreIndex ${ignore}: loss, row statistics and dx (+= into an existing gradient)`, () => {
+        const gen = new Generator(N * 1000 + C + ignore);
+        const x = normals(gen, N * C, 4);
+        const targets = Int32Array.from({ length: N }, (_, n) =>
+          n % 4 === 1 ? ignore : Math.floor(gen.random() * C),
+        );
+        const stats = new Float64Array(2 * N);
+        const total = crossEntropyWasm(x, N, C, targets, ignore, stats);
+        const g = 0.37;
+        const dx0 = normals(gen, N * C);
+        const dx = dx0.slice();
+        expect(crossEntropyBackwardWasm(x, dx, N, C, targets, ignore, stats, g)).toBe(true);
+        const want = plainCrossEntropy(x, N, C, targets, ignore, g, dx0);
+        expect(total).toBeDefined();
+        expect(Math.abs(total! - want.total)).toBeLessThanOrEqual(1e-12 * (1 + Math.abs(want.total)) * N);
+        expectRounded('dx', dx, want.dx);
+        // Ignored rows: untouched, bit for bit.
+        for (let n = 0; n < N; n++) {
+          if (targets[n] !== ignore) continue;
+          expect(dx.subarray(n * C, (n + 1) * C)).toEqual(dx0.subarray(n * C, (n + 1) * C));
+        }
+        // The same total without stats (the noGrad forward).
+        expect(crossEntropyWasm(x, N, C, targets, ignore, undefined)).toBe(total);
+      });
+    }
+  }
+
+  it('hostile logits: NaN, ±∞ and huge values give what the float64 formula gives, row by row', () => {
+    const C = 7;
+    const rows = [
+      [0.5, Number.NaN, -1, 2, 0, 1, 3],
+      [0.5, Number.POSITIVE_INFINITY, -1, 2, 0, 1, 3],
+      [0.5, Number.NEGATIVE_INFINITY, -1, 2, 0, 1, 3],
+      Array(C).fill(Number.NEGATIVE_INFINITY),
+      [1e30, -1e30, 3e38, -3e38, 0, 1, 2],
+      [88, -88, 100, -104, 700, -745, 0],
+      [3e38, 3e38, 3e38, 3e38, 3e38, 3e38, 3e38],
+      [0, 0, 0, 0, 0, 0, 0],
+    ];
+    const N = rows.length;
+    const x = Float32Array.from(rows.flat());
+    for (const t of [0, 1, 2, 6]) {
+      const targets = Int32Array.from({ length: N }, () => t);
+      const stats = new Float64Array(2 * N);
+      const dx0 = new Float32Array(N * C);
+      const dx = dx0.slice();
+      // Row by row, so one NaN row does not hide the others' totals.
+      for (let n = 0; n < N; n++) {
+        const xr = x.subarray(n * C, (n + 1) * C);
+        const st = new Float64Array(2);
+        const total = crossEntropyWasm(xr, 1, C, targets.subarray(n, n + 1), -1, st);
+        const want = plainCrossEntropy(xr, 1, C, targets.subarray(n, n + 1), -1, 1, dx0.subarray(0, C));
+        if (Number.isNaN(want.total)) expect(total, `row ${n}, target ${t}`).toBeNaN();
+        else if (!Number.isFinite(want.total)) expect(total).toBe(want.total);
+        else expect(Math.abs(total! - want.total)).toBeLessThanOrEqual(1e-12 * (1 + Math.abs(want.total)));
+        stats.set(st, 2 * n);
+      }
+      expect(crossEntropyBackwardWasm(x, dx, N, C, targets, -1, stats, 1)).toBe(true);
+      expectRounded(`dx, target ${t}`, dx, plainCrossEntropy(x, N, C, targets, -1, 1, dx0).dx);
+    }
+  });
+
+  it('the autograd crossEntropy on float32 Vars against float64 Vars: the loss and ∂logits, all rows ignored too', () => {
+    const gen = new Generator(11);
+    for (const C of SIZES) {
+      const N = 6;
+      const v = normals(gen, N * C, 3);
+      const targets = Int32Array.from({ length: N }, (_, n) => (n === 2 ? -1 : (n * 7) % C));
+      const a = parameter(v, [N, C]);
+      const b = parameter(Float64Array.from(v), [N, C]);
+      const la = crossEntropy(a, targets);
+      const lb = crossEntropy(b, targets);
+      expectRounded(`loss C ${C}`, la.data, lb.data, 2);
+      backward(la);
+      backward(lb);
+      expectRounded(`dx C ${C}`, a.grad!, b.grad!);
+    }
+    const none = parameter(new Float32Array(6), [2, 3]);
+    const loss = crossEntropy(none, Int32Array.of(-1, -1));
+    backward(loss);
+    expect(loss.data[0]).toBe(0);
+    expect(Array.from(none.grad ?? new Float32Array(6))).toEqual([0, 0, 0, 0, 0, 0]);
+  });
+
+  it('float64 logits are not served', () => {
+    const x = new Float64Array(6);
+    expect(crossEntropyWasm(x, 2, 3, Int32Array.of(0, 1), -1, new Float64Array(4))).toBeUndefined();
+  });
+});
