@@ -215,3 +215,132 @@ export function geluBackward(x: usize, saved: usize, dy: usize, dx: usize, n: i3
     store<f32>(dx + at, <f32>(<f64>load<f32>(dx + at) + f64x2.extract_lane(g, 0)));
   }
 }
+
+/** Σ of a row of n float32 at p, in float64 (two lanes, then the tail). */
+@inline
+function rowSum(p: usize, n: i32): f64 {
+  let s0 = f64x2.splat(0);
+  let s1 = f64x2.splat(0);
+  let i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const q = p + (<usize>i << 2);
+    s0 = f64x2.add(s0, load2(q));
+    s1 = f64x2.add(s1, load2(q + 8));
+  }
+  for (; i + 2 <= n; i += 2) s0 = f64x2.add(s0, load2(p + (<usize>i << 2)));
+  const s = f64x2.add(s0, s1);
+  let sum = f64x2.extract_lane(s, 0) + f64x2.extract_lane(s, 1);
+  if (i < n) sum += <f64>load<f32>(p + (<usize>i << 2));
+  return sum;
+}
+
+/**
+ * LayerNorm over rows of x [rows, D] (the autograd's formula, src/autograd/ops.ts): mean, then
+ * Σ(x − mean)² (two sweeps: no cancellation), rstd = 1/√(var + eps), y = (x − mean)·rstd·w + b, each row's
+ * mean and rstd into stats [rows, 2] (f64). Float64 arithmetic, y rounded once to float32.
+ */
+export function lnForward(
+  x: usize, w: usize, b: usize, y: usize, stats: usize, rows: i32, D: i32, eps: f64,
+): void {
+  const rowBytes = <usize>D << 2;
+  const dd = <f64>D;
+  for (let n = 0; n < rows; n++) {
+    const o = x + <usize>n * rowBytes;
+    const yo = y + <usize>n * rowBytes;
+    const mean = rowSum(o, D) / dd;
+    const ms = f64x2.splat(mean);
+    let v0 = f64x2.splat(0);
+    let i = 0;
+    for (; i + 2 <= D; i += 2) {
+      const c = f64x2.sub(load2(o + (<usize>i << 2)), ms);
+      v0 = f64x2.add(v0, f64x2.mul(c, c));
+    }
+    let v = f64x2.extract_lane(v0, 0) + f64x2.extract_lane(v0, 1);
+    if (i < D) {
+      const c = <f64>load<f32>(o + (<usize>i << 2)) - mean;
+      v += c * c;
+    }
+    const r = 1.0 / sqrt<f64>(v / dd + eps);
+    const rs = f64x2.splat(r);
+    const st = stats + (<usize>n << 4);
+    store<f64>(st, mean);
+    store<f64>(st, r, 8);
+    i = 0;
+    for (; i + 2 <= D; i += 2) {
+      const at = <usize>i << 2;
+      const h = f64x2.mul(f64x2.sub(load2(o + at), ms), rs);
+      store2(yo + at, f64x2.add(f64x2.mul(h, load2(w + at)), load2(b + at)));
+    }
+    if (i < D) {
+      const at = <usize>i << 2;
+      const h = (<f64>load<f32>(o + at) - mean) * r;
+      store<f32>(yo + at, <f32>(h * <f64>load<f32>(w + at) + <f64>load<f32>(b + at)));
+    }
+  }
+}
+
+/**
+ * LayerNorm's backward over rows, from lnForward's stats: with x̂ = (x − mean)·rstd and g = dy·w,
+ * dw += dy·x̂ and db += dy row by row (rounded to float32 after each row, as the JS loop adds into a
+ * float32 grad), and, when dx ≠ 0, dx += rstd·(g − mean(g) − x̂·mean(g·x̂)).
+ */
+export function lnBackward(
+  x: usize, w: usize, dy: usize, dx: usize, dw: usize, db: usize, stats: usize, rows: i32, D: i32,
+): void {
+  const rowBytes = <usize>D << 2;
+  const dd = <f64>D;
+  for (let n = 0; n < rows; n++) {
+    const off = <usize>n * rowBytes;
+    const o = x + off;
+    const go = dy + off;
+    const st = stats + (<usize>n << 4);
+    const mean = load<f64>(st);
+    const r = load<f64>(st, 8);
+    const ms = f64x2.splat(mean);
+    const rs = f64x2.splat(r);
+    let mg0 = f64x2.splat(0);
+    let mgx0 = f64x2.splat(0);
+    let i = 0;
+    for (; i + 2 <= D; i += 2) {
+      const at = <usize>i << 2;
+      const h = f64x2.mul(f64x2.sub(load2(o + at), ms), rs);
+      const e = load2(go + at);
+      const g = f64x2.mul(e, load2(w + at));
+      mg0 = f64x2.add(mg0, g);
+      mgx0 = f64x2.add(mgx0, f64x2.mul(g, h));
+      store2(dw + at, f64x2.add(load2(dw + at), f64x2.mul(e, h)));
+      store2(db + at, f64x2.add(load2(db + at), e));
+    }
+    let mg = f64x2.extract_lane(mg0, 0) + f64x2.extract_lane(mg0, 1);
+    let mgx = f64x2.extract_lane(mgx0, 0) + f64x2.extract_lane(mgx0, 1);
+    if (i < D) {
+      const at = <usize>i << 2;
+      const h = (<f64>load<f32>(o + at) - mean) * r;
+      const e = <f64>load<f32>(go + at);
+      const g = e * <f64>load<f32>(w + at);
+      mg += g;
+      mgx += g * h;
+      store<f32>(dw + at, <f32>(<f64>load<f32>(dw + at) + e * h));
+      store<f32>(db + at, <f32>(<f64>load<f32>(db + at) + e));
+    }
+    if (dx == 0) continue;
+    mg /= dd;
+    mgx /= dd;
+    const mgs = f64x2.splat(mg);
+    const mgxs = f64x2.splat(mgx);
+    const d = dx + off;
+    i = 0;
+    for (; i + 2 <= D; i += 2) {
+      const at = <usize>i << 2;
+      const h = f64x2.mul(f64x2.sub(load2(o + at), ms), rs);
+      const t = f64x2.sub(f64x2.sub(f64x2.mul(load2(go + at), load2(w + at)), mgs), f64x2.mul(h, mgxs));
+      store2(d + at, f64x2.add(load2(d + at), f64x2.mul(rs, t)));
+    }
+    if (i < D) {
+      const at = <usize>i << 2;
+      const h = (<f64>load<f32>(o + at) - mean) * r;
+      const t = <f64>load<f32>(go + at) * <f64>load<f32>(w + at) - mg - h * mgx;
+      store<f32>(d + at, <f32>(<f64>load<f32>(d + at) + r * t));
+    }
+  }
+}

@@ -1,5 +1,5 @@
 // The WASM element-wise kernels of the autograd (assembly/ops.ts via src/kernels/ops-wasm.ts: softmax
-// cross-entropy statistics and gradient, tanh-GELU forward and backward) against float64 references
+// cross-entropy statistics and gradient, tanh-GELU and LayerNorm forward and backward) against float64 references
 // written here with Math.exp, on odd sizes (1, 3, 17, 65, 129), sizes that take several chunks of the
 // driver's scratch, a row wider than the scratch, and hostile values (NaN, ±∞, huge logits, ignored rows).
 // One decision to know: the kernels compute in float64 and round once to float32, so each float32 result
@@ -7,16 +7,20 @@
 // float64 bits move the rounding), and NaN / ±∞ must land exactly where the reference puts them.
 
 import { describe, expect, it } from 'vitest';
-import { crossEntropy, gelu } from '../src/autograd/ops.js';
+import { crossEntropy, gelu, layerNorm } from '../src/autograd/ops.js';
 import { backward, parameter } from '../src/autograd/var.js';
 import {
   crossEntropyBackwardWasm,
   crossEntropyWasm,
   geluBackwardWasm,
   geluForwardWasm,
+  layerNormBackwardWasm,
+  layerNormWasm,
 } from '../src/kernels/ops-wasm.js';
 import { wasmSupport } from '../src/kernels/wasm-runtime.js';
+import { tensorOps } from '../src/model/ops-tensor.js';
 import { Generator } from '../src/random.js';
+import { Tensor } from '../src/tensor.js';
 
 const SIZES = [1, 3, 17, 65, 129];
 const GELU_C = Math.sqrt(2 / Math.PI);
@@ -266,5 +270,140 @@ describe.runIf(canRun)('WASM softmax cross-entropy vs float64 with Math.exp', ()
   it('float64 logits are not served', () => {
     const x = new Float64Array(6);
     expect(crossEntropyWasm(x, 2, 3, Int32Array.of(0, 1), -1, new Float64Array(4))).toBeUndefined();
+  });
+});
+
+/** LayerNorm in float64 from float32 inputs; dw and db rounded to float32 after each row, as the op adds. */
+function plainLayerNorm(
+  x: Float32Array,
+  w: Float32Array,
+  b: Float32Array,
+  dy: Float32Array,
+  dx0: Float32Array,
+  N: number,
+  D: number,
+) {
+  const y = new Float64Array(N * D);
+  const dx = Float64Array.from(dx0);
+  const dxMag = new Float64Array(N * D);
+  const dw = new Float64Array(D);
+  const db = new Float64Array(D);
+  const stats = new Float64Array(2 * N);
+  for (let n = 0; n < N; n++) {
+    const o = n * D;
+    let sum = 0;
+    for (let d = 0; d < D; d++) sum += x[o + d];
+    const mean = sum / D;
+    let v = 0;
+    for (let d = 0; d < D; d++) v += (x[o + d] - mean) ** 2;
+    const r = 1 / Math.sqrt(v / D + 1e-5);
+    stats[2 * n] = mean;
+    stats[2 * n + 1] = r;
+    let mg = 0;
+    let mgx = 0;
+    for (let d = 0; d < D; d++) {
+      const h = (x[o + d] - mean) * r;
+      y[o + d] = h * w[d] + b[d];
+      mg += dy[o + d] * w[d];
+      mgx += dy[o + d] * w[d] * h;
+      dw[d] = Math.fround(dw[d] + dy[o + d] * h);
+      db[d] = Math.fround(db[d] + dy[o + d]);
+    }
+    mg /= D;
+    mgx /= D;
+    for (let d = 0; d < D; d++) {
+      const h = (x[o + d] - mean) * r;
+      dx[o + d] += r * (dy[o + d] * w[d] - mg - h * mgx);
+      dxMag[o + d] =
+        Math.abs(dx0[o + d]) + r * (Math.abs(dy[o + d] * w[d]) + Math.abs(mg) + Math.abs(h * mgx));
+    }
+  }
+  return { y, dx, dxMag, dw, db, stats };
+}
+
+describe.runIf(canRun)('WASM LayerNorm vs float64', () => {
+  const cases: [number, number][] = [
+    ...SIZES.map((D) => [7, D] as [number, number]),
+    [3, 1],
+    [1100, 129], // several chunks
+    [2, 70000], // a row wider than the scratch
+  ];
+  for (const [N, D] of cases) {
+    it(`N ${N}, D ${D}: y, stats, dx, dw, db (all += into existing gradients)`, () => {
+      const gen = new Generator(N * 7 + D);
+      const x = normals(gen, N * D, 2).map((v) => v + 0.5);
+      const w = normals(gen, D);
+      const b = normals(gen, D);
+      const dy = normals(gen, N * D);
+      const y = new Float32Array(N * D);
+      const stats = new Float64Array(2 * N);
+      expect(layerNormWasm(x, w, b, y, N, D, 1e-5, stats)).toBe(true);
+      const dx0 = normals(gen, N * D);
+      const dx = dx0.slice();
+      const dw = new Float32Array(D);
+      const db = new Float32Array(D);
+      expect(layerNormBackwardWasm(x, w, dy, dx, dw, db, stats, N, D)).toBe(true);
+      const p = plainLayerNorm(x, w, b, dy, dx0, N, D);
+      for (let i = 0; i < 2 * N; i++)
+        expect(Math.abs(stats[i] - p.stats[i])).toBeLessThanOrEqual(1e-13 * Math.abs(p.stats[i]) + 1e-13);
+      expectRounded('y', y, p.y);
+      for (let i = 0; i < N * D; i++) {
+        const err = Math.abs(dx[i] - p.dx[i]);
+        if (!(err <= ulp32(p.dx[i]) + 1e-13 * p.dxMag[i]))
+          expect.fail(`dx [${i}]: got ${dx[i]}, want ${p.dx[i]}`);
+      }
+      // Per-row float32 sums: a flipped rounding in one row carries on, so up to one ulp per row.
+      for (let d = 0; d < D; d++) {
+        expect(Math.abs(dw[d] - p.dw[d])).toBeLessThanOrEqual((N + 1) * ulp32(p.dw[d]) + 1e-6);
+        expect(Math.abs(db[d] - p.db[d])).toBeLessThanOrEqual((N + 1) * ulp32(p.db[d]) + 1e-6);
+      }
+      // Without dx (x needs no gradient): the same dw and db.
+      const dw2 = new Float32Array(D);
+      const db2 = new Float32Array(D);
+      expect(layerNormBackwardWasm(x, w, dy, undefined, dw2, db2, stats, N, D)).toBe(true);
+      expect(dw2).toEqual(dw);
+      expect(db2).toEqual(db);
+    });
+  }
+
+  it('a NaN or ±∞ poisons its own row (y and dx), not the others', () => {
+    const D = 5;
+    for (const s of [Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY]) {
+      const x = Float32Array.of(1, s, 2, 3, 4, 0.5, -1, 2, 0, 1);
+      const w = Float32Array.of(1, 2, 3, 4, 5);
+      const b = Float32Array.of(0, 0, 1, 0, 0);
+      const y = new Float32Array(10);
+      const stats = new Float64Array(4);
+      expect(layerNormWasm(x, w, b, y, 2, D, 1e-5, stats)).toBe(true);
+      const dy = new Float32Array(10).fill(1);
+      const dx = new Float32Array(10);
+      expect(layerNormBackwardWasm(x, w, dy, dx, new Float32Array(D), new Float32Array(D), stats, 2, D)).toBe(
+        true,
+      );
+      const p = plainLayerNorm(x, w, b, dy, new Float32Array(10), 2, D);
+      const nan = (a: ArrayLike<number>) => Array.from(a, (v) => Number.isNaN(v));
+      expect(nan(y)).toEqual(nan(p.y));
+      expect(nan(dx)).toEqual(nan(p.dx));
+      expect(nan(y.subarray(5))).toEqual([false, false, false, false, false]);
+    }
+  });
+
+  it('the autograd layerNorm on float32 Vars against float64 Vars, and the Tensor ops use the same function', () => {
+    const gen = new Generator(12);
+    for (const D of SIZES) {
+      const N = 4;
+      const xv = normals(gen, N * D);
+      const wv = normals(gen, D);
+      const bv = normals(gen, D);
+      const y32 = layerNorm(parameter(xv, [N, D]), parameter(wv, [D]), parameter(bv, [D])).data;
+      const y64 = layerNorm(
+        parameter(Float64Array.from(xv), [N, D]),
+        parameter(Float64Array.from(wv), [D]),
+        parameter(Float64Array.from(bv), [D]),
+      ).data;
+      expectRounded(`D ${D}`, y32, y64);
+      const t = tensorOps.layerNorm(new Tensor(xv, [N, D]), new Tensor(wv, [D]), new Tensor(bv, [D]));
+      expect(t.data).toEqual(y32);
+    }
   });
 });

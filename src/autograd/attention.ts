@@ -6,7 +6,7 @@
 import { type AttentionOptions, planAttention } from '../attention/plan.js';
 import { runKernel } from '../attention/sdpa.js';
 import { type FlexMods, resolveFlex } from '../flex/flex.js';
-import { swapMiddle } from '../kernels/matmul.js';
+import { swapMiddle, swapMiddleAccumulate } from '../kernels/matmul.js';
 import { chooseBackward } from '../kernels/registry.js';
 import {
   type AttentionGrads,
@@ -34,10 +34,9 @@ export interface AttentionOpOptions extends Omit<AttentionOptions, 'kernel'> {
 
 const FN = 'attention';
 
-function accumulate(v: Var, g: Floats): void {
-  if (!v.requiresGrad) return;
-  const dst = v.gradBuffer();
-  for (let i = 0; i < g.length; i++) dst[i] += g[i];
+/** v.grad += the head-split gradient g [B, H, T, W] merged back to [B, T, H·W] (nothing if v needs none). */
+function accumulateMerged(v: Var, g: Floats, B: number, H: number, T: number, W: number): void {
+  if (v.requiresGrad) swapMiddleAccumulate(g, B, H, T, W, v.gradBuffer());
 }
 
 /**
@@ -104,10 +103,10 @@ export function attention(
     };
     const inputs = { dOut, out: outH, lse: lse! }; // opResult runs this only when a gradient is needed
     backwardAll(chooseBackward(FN, 'auto', problem, inputs), problem, inputs, grads);
-    // Merge heads back: [B, H, L, E] → [B, L, H, E].
-    accumulate(q, swapMiddle(grads.dq, B, Hq, L, E));
-    accumulate(k, swapMiddle(grads.dk, B, Hkv, S, KW / Hkv));
-    accumulate(v, swapMiddle(grads.dv, B, Hkv, S, Ev));
+    // Merge heads back: [B, H, L, E] → [B, L, H, E], added straight into the grads (no merged copy).
+    accumulateMerged(q, grads.dq, B, Hq, L, E);
+    accumulateMerged(k, grads.dk, B, Hkv, S, KW / Hkv);
+    accumulateMerged(v, grads.dv, B, Hkv, S, Ev);
   });
   return { out: result, weights: weights && new Tensor(weights, [B, Hq, L, S]) };
 }

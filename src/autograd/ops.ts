@@ -19,6 +19,8 @@ import {
   crossEntropyWasm,
   geluBackwardWasm,
   geluForwardWasm,
+  layerNormBackwardWasm,
+  layerNormWasm,
 } from '../kernels/ops-wasm.js';
 import { checkRopeArgs, ropeTable, rotateHalfHeads } from '../position/rope.js';
 import type { Generator } from '../random.js';
@@ -150,25 +152,7 @@ export function layerNorm(x: Var, weight: Var, bias: Var, eps = 1e-5): Var {
   // [N, 2]: each row's mean and rstd, kept only for the tape. Float64 because it is O(N) (16 bytes a row
   // against the row's 4·D) and makes the recomputed x̂ bit for bit the forward's.
   const stats = needsGrad([x, weight, bias]) ? new Float64Array(2 * N) : undefined;
-  // Two sweeps for the statistics (the sum, then Σ(x − mean)²: no cancellation, and the same numbers as
-  // the Tensor ops' LayerNorm, bit for bit), one for the output; a row is in L1 for all three.
-  for (let n = 0, o = 0; n < N; n++, o += D) {
-    const end = o + D;
-    let sum = 0;
-    for (let i = o; i < end; i++) sum += X[i];
-    const mean = sum / D;
-    let v = 0;
-    for (let i = o; i < end; i++) {
-      const c = X[i] - mean;
-      v += c * c;
-    }
-    const r = 1 / Math.sqrt(v / D + eps); // biased variance, as PyTorch
-    if (stats) {
-      stats[2 * n] = mean;
-      stats[2 * n + 1] = r;
-    }
-    for (let d = 0; d < D; d++) y[o + d] = (X[o + d] - mean) * r * W[d] + Bs[d];
-  }
+  layerNormValues(X, W, Bs, y, N, D, eps, stats);
   const out = opResult(y, x.shape, [x, weight, bias], () => {
     const dy = out.grad!;
     const s = stats!;
@@ -177,6 +161,8 @@ export function layerNorm(x: Var, weight: Var, bias: Var, eps = 1e-5): Var {
     const dx = x.requiresGrad ? x.gradBuffer() : undefined;
     const dw = weight.requiresGrad ? weight.gradBuffer() : floatsLike(X, D);
     const db = bias.requiresGrad ? bias.gradBuffer() : floatsLike(X, D);
+    // Float32: the loop below in WASM SIMD (kernels/ops-wasm.ts), float64 arithmetic as here.
+    if (layerNormBackwardWasm(X, W, dy, dx, dw, db, s, N, D)) return;
     for (let n = 0, o = 0; n < N; n++, o += D) {
       const mean = s[2 * n];
       const r = s[2 * n + 1];
@@ -201,6 +187,43 @@ export function layerNorm(x: Var, weight: Var, bias: Var, eps = 1e-5): Var {
     }
   });
   return out;
+}
+
+/**
+ * y = LayerNorm(X) over rows of D (X [N, D], W and Bs [D], y X's length), each row's mean and rstd into
+ * stats when given: the autograd's layerNorm forward, exported so the Tensor ops' LayerNorm is the same
+ * function bit for bit. Float32 arrays run in WASM SIMD (float64 arithmetic, kernels/ops-wasm.ts), others here.
+ */
+export function layerNormValues(
+  X: Floats,
+  W: Floats,
+  Bs: Floats,
+  y: Floats,
+  N: number,
+  D: number,
+  eps: number,
+  stats?: Float64Array,
+): void {
+  if (layerNormWasm(X, W, Bs, y, N, D, eps, stats)) return;
+  // Two sweeps for the statistics (the sum, then Σ(x − mean)²: no cancellation), one for the output; a
+  // row is in L1 for all three.
+  for (let n = 0, o = 0; n < N; n++, o += D) {
+    const end = o + D;
+    let sum = 0;
+    for (let i = o; i < end; i++) sum += X[i];
+    const mean = sum / D;
+    let v = 0;
+    for (let i = o; i < end; i++) {
+      const c = X[i] - mean;
+      v += c * c;
+    }
+    const r = 1 / Math.sqrt(v / D + eps); // biased variance, as PyTorch
+    if (stats) {
+      stats[2 * n] = mean;
+      stats[2 * n + 1] = r;
+    }
+    for (let d = 0; d < D; d++) y[o + d] = (X[o + d] - mean) * r * W[d] + Bs[d];
+  }
 }
 
 const GELU_C = Math.sqrt(2 / Math.PI);

@@ -161,3 +161,33 @@ export function swapMiddle<T extends Float32Array | Float64Array>(
   }
   return y;
 }
+
+/**
+ * dst += swapMiddle(x, A, B, C, D), without the intermediate array: [A, B, C, D] read in storage order and
+ * added into dst [A, C, B, D] (merging heads' gradients into a Var's grad). The same sums, bit for bit, as
+ * accumulating the swapped copy.
+ */
+export function swapMiddleAccumulate(
+  x: Float32Array | Float64Array,
+  A: number,
+  B: number,
+  C: number,
+  D: number,
+  dst: Float32Array | Float64Array,
+): void {
+  if (B === 1 || C === 1) {
+    const n = x.length;
+    for (let i = 0; i < n; i++) dst[i] += x[i];
+    return;
+  }
+  const step = B * D;
+  let from = 0;
+  for (let a = 0; a < A; a++) {
+    const base = a * C * step;
+    for (let b = 0; b < B; b++) {
+      for (let c = 0, to = base + b * D; c < C; c++, to += step, from += D) {
+        for (let d = 0; d < D; d++) dst[to + d] += x[from + d];
+      }
+    }
+  }
+}

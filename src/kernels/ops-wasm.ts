@@ -1,5 +1,5 @@
 // The WASM driver of the autograd's element-wise hot loops (assembly/ops.ts): softmax cross-entropy
-// statistics and gradient, tanh-GELU forward and backward, on float32 storage. src/autograd/ops.ts calls
+// statistics and gradient, tanh-GELU and LayerNorm forward and backward, on float32 storage. src/autograd/ops.ts calls
 // these for float32 Vars and keeps its JS loops for float64 ones (gradient checks) and for runtimes
 // without WASM SIMD.
 // One decision to know: each call streams its arrays through a fixed scratch (CHUNK floats per array)
@@ -26,6 +26,27 @@ interface OpsExports {
   ): void;
   geluForward(x: number, y: number, saved: number, n: number): void;
   geluBackward(x: number, saved: number, dy: number, dx: number, n: number): void;
+  lnForward(
+    x: number,
+    w: number,
+    b: number,
+    y: number,
+    stats: number,
+    rows: number,
+    D: number,
+    eps: number,
+  ): void;
+  lnBackward(
+    x: number,
+    w: number,
+    dy: number,
+    dx: number,
+    dw: number,
+    db: number,
+    stats: number,
+    rows: number,
+    D: number,
+  ): void;
 }
 
 /** Floats per array per chunk: 4 arrays of 64 K floats = 1 MB of scratch (L2-sized pieces, few calls). */
@@ -206,5 +227,97 @@ export function geluBackwardWasm(x: Floats, saved: Floats, dy: Floats, dx: Float
       ex.geluBackward(xPtr, sPtr, gPtr, dPtr, m);
       dx.set(f32.subarray(dPtr / 4, dPtr / 4 + m), i0);
     }
+  });
+}
+
+/**
+ * LayerNorm of float32 X [N, D] with weight W and bias Bs [D] into y, each row's mean and rstd into
+ * stats[2n], stats[2n + 1] when given. False if WASM cannot serve.
+ */
+export function layerNormWasm(
+  X: Floats,
+  W: Floats,
+  Bs: Floats,
+  y: Floats,
+  N: number,
+  D: number,
+  eps: number,
+  stats: Float64Array | undefined,
+): boolean {
+  if (
+    !available(X) ||
+    !(W instanceof Float32Array && Bs instanceof Float32Array && y instanceof Float32Array)
+  )
+    return false;
+  if (D === 0 || N === 0) return false;
+  const rows = Math.max(1, Math.floor(CHUNK / D));
+  const xBytes = align(rows * D * 4);
+  const wBytes = align(D * 4);
+  return run('wasm layerNorm', 2 * xBytes + 2 * wBytes + rows * 16, (rt, ex) => {
+    const xPtr = align(rt.base);
+    const yPtr = xPtr + xBytes;
+    const wPtr = yPtr + xBytes;
+    const bPtr = wPtr + wBytes;
+    const sPtr = bPtr + wBytes;
+    const f32 = rt.f32;
+    const words32 = words(rt);
+    f32.set(W, wPtr / 4);
+    f32.set(Bs, bPtr / 4);
+    for (let r0 = 0; r0 < N; r0 += rows) {
+      const r = Math.min(rows, N - r0);
+      f32.set(X.subarray(r0 * D, (r0 + r) * D), xPtr / 4);
+      ex.lnForward(xPtr, wPtr, bPtr, yPtr, sPtr, r, D, eps);
+      y.set(f32.subarray(yPtr / 4, yPtr / 4 + r * D), r0 * D);
+      if (stats) for (let n = 0; n < 2 * r; n++) stats[2 * r0 + n] = words32.getFloat64(sPtr + 8 * n, true);
+    }
+  });
+}
+
+/**
+ * LayerNorm's backward from layerNormWasm's stats: dw += Σ dy·x̂ and db += Σ dy (row by row, rounded to
+ * float32 after each, as the JS loop), dx += … when dx is given. False (nothing written) if WASM cannot serve.
+ */
+export function layerNormBackwardWasm(
+  X: Floats,
+  W: Floats,
+  dy: Floats,
+  dx: Floats | undefined,
+  dw: Floats,
+  db: Floats,
+  stats: Float64Array,
+  N: number,
+  D: number,
+): boolean {
+  const f32s = [W, dy, dw, db, ...(dx ? [dx] : [])].every((a) => a instanceof Float32Array);
+  if (!available(X) || !f32s || D === 0 || N === 0) return false;
+  const rows = Math.max(1, Math.floor(CHUNK / D));
+  const xBytes = align(rows * D * 4);
+  const wBytes = align(D * 4);
+  return run('wasm layerNorm', 3 * xBytes + 3 * wBytes + rows * 16, (rt, ex) => {
+    const xPtr = align(rt.base);
+    const gPtr = xPtr + xBytes;
+    const dPtr = gPtr + xBytes;
+    const wPtr = dPtr + xBytes;
+    const dwPtr = wPtr + wBytes;
+    const dbPtr = dwPtr + wBytes;
+    const sPtr = dbPtr + wBytes;
+    const f32 = rt.f32;
+    const words64 = words(rt);
+    f32.set(W, wPtr / 4);
+    f32.set(dw, dwPtr / 4);
+    f32.set(db, dbPtr / 4);
+    for (let r0 = 0; r0 < N; r0 += rows) {
+      const r = Math.min(rows, N - r0);
+      const from = r0 * D;
+      const to = (r0 + r) * D;
+      f32.set(X.subarray(from, to), xPtr / 4);
+      f32.set(dy.subarray(from, to), gPtr / 4);
+      if (dx) f32.set(dx.subarray(from, to), dPtr / 4);
+      for (let n = 0; n < 2 * r; n++) words64.setFloat64(sPtr + 8 * n, stats[2 * r0 + n], true);
+      ex.lnBackward(xPtr, wPtr, gPtr, dx ? dPtr : 0, dwPtr, dbPtr, sPtr, r, D);
+      if (dx) dx.set(f32.subarray(dPtr / 4, dPtr / 4 + r * D), from);
+    }
+    dw.set(f32.subarray(dwPtr / 4, dwPtr / 4 + D));
+    db.set(f32.subarray(dbPtr / 4, dbPtr / 4 + D));
   });
 }

@@ -5,7 +5,7 @@
 
 import { type AttentionOptions, type AttentionPlan, planAttention } from '../attention/plan.js';
 import { runKernel } from '../attention/sdpa.js';
-import { geluValues } from '../autograd/ops.js';
+import { geluValues, layerNormValues } from '../autograd/ops.js';
 import { type KVCache, planCachedAttention } from '../cache/kv-cache.js';
 import { linear as gemm, swapMiddle } from '../kernels/matmul.js';
 import { checkRopeArgs, ropeTable, rotateHalfHeads } from '../position/rope.js';
@@ -88,19 +88,9 @@ export const tensorOps: BlockOps<Tensor> = {
 
   layerNorm(x, weight, bias) {
     const D = x.shape[x.rank - 1];
-    const X = x.data;
-    const w = weight.data;
-    const b = bias.data;
     const y = new Float32Array(x.size);
-    for (let o = 0; o < x.size; o += D) {
-      let mean = 0;
-      for (let d = 0; d < D; d++) mean += X[o + d];
-      mean /= D;
-      let v = 0;
-      for (let d = 0; d < D; d++) v += (X[o + d] - mean) ** 2;
-      const r = 1 / Math.sqrt(v / D + 1e-5);
-      for (let d = 0; d < D; d++) y[o + d] = (X[o + d] - mean) * r * w[d] + b[d];
-    }
+    // The autograd's own function, so both forwards agree bit for bit.
+    layerNormValues(x.data, weight.data, bias.data, y, D === 0 ? 0 : x.size / D, D, 1e-5);
     return new Tensor(y, x.shape);
   },
 
