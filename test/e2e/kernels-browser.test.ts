@@ -238,4 +238,81 @@ describe('the library in Chromium', () => {
     expect(result.worst).toBeLessThanOrEqual(0);
     expect(warnings).toEqual([]);
   });
+
+  it("runs training's WASM element-wise ops (cross-entropy, GELU, LayerNorm), float32 within a rounding of float64", async () => {
+    const { page } = await open(await serve(false));
+    const result = await page.evaluate(async () => {
+      const ops = await load('/dist/autograd/ops.js');
+      const { parameter, backward } = await load('/dist/autograd/var.js');
+      const { geluForwardWasm } = await load('/dist/kernels/ops-wasm.js');
+      const served = geluForwardWasm(new Float32Array(3), new Float32Array(3));
+      let s = 5;
+      const rand = (n: number) =>
+        Float32Array.from({ length: n }, () => {
+          s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+          return (s / 2 ** 32 - 0.5) * 8;
+        });
+      // Worst |float32 − float64| in float32 ulps of the float64 value, over every output and gradient.
+      let worst = 0;
+      const compare = (a: ArrayLike<number>, b: ArrayLike<number>) => {
+        for (let i = 0; i < b.length; i++) {
+          const w = b[i];
+          const ulp = 2 ** (Math.floor(Math.log2(Math.max(Math.abs(w), 2 ** -126))) - 23);
+          worst = Math.max(worst, Math.abs(a[i] - Math.fround(w)) / ulp);
+        }
+      };
+      for (const [N, C] of [
+        [5, 17],
+        [33, 129],
+        [3, 4096],
+      ]) {
+        const x = rand(N * C);
+        const w = rand(C);
+        const b = rand(C);
+        const targets = Int32Array.from({ length: N }, (_, n) => (n === 1 ? -1 : (n * 7) % C));
+        const as = (a: Float32Array, f64: boolean) => (f64 ? Float64Array.from(a) : a.slice());
+        // Each op on the same inputs in float32 and float64 Vars: outputs within a rounding, gradients
+        // (which sum over rows and cancel) within 1e-5 of the array's largest.
+        const gradsClose = (g: ArrayLike<number>, r: ArrayLike<number>) => {
+          let scale = 0;
+          for (let i = 0; i < r.length; i++) scale = Math.max(scale, Math.abs(r[i]));
+          for (let i = 0; i < r.length; i++) {
+            if (!(Math.abs(g[i] - r[i]) <= 1e-5 * scale)) worst = Number.POSITIVE_INFINITY;
+          }
+        };
+        const seed = rand(N * C);
+        const pair = (op: (f64: boolean) => { y: ArrayLike<number>; grads: ArrayLike<number>[] }) => {
+          const a = op(false);
+          const r = op(true);
+          compare(a.y, r.y);
+          a.grads.forEach((g, i) => gradsClose(g, r.grads[i]));
+        };
+        pair((f64) => {
+          const [px, pw, pb] = [
+            parameter(as(x, f64), [N, C]),
+            parameter(as(w, f64), [C]),
+            parameter(as(b, f64), [C]),
+          ];
+          const y = ops.layerNorm(px, pw, pb);
+          backward(y, seed);
+          return { y: y.data, grads: [px.grad, pw.grad, pb.grad] };
+        });
+        pair((f64) => {
+          const px = parameter(as(x, f64), [N, C]);
+          const y = ops.gelu(px);
+          backward(y, seed);
+          return { y: y.data, grads: [px.grad] };
+        });
+        pair((f64) => {
+          const px = parameter(as(x, f64), [N, C]);
+          const loss = ops.crossEntropy(px, targets);
+          backward(loss);
+          return { y: loss.data, grads: [px.grad] };
+        });
+      }
+      return { served, worst };
+    });
+    expect(result.served).toBe(true);
+    expect(result.worst).toBeLessThanOrEqual(2);
+  });
 });
