@@ -285,7 +285,7 @@ describe('the library in Chromium', () => {
           const a = op(false);
           const r = op(true);
           compare(a.y, r.y);
-          a.grads.forEach((g, i) => gradsClose(g, r.grads[i]));
+          for (let i = 0; i < a.grads.length; i++) gradsClose(a.grads[i], r.grads[i]);
         };
         pair((f64) => {
           const [px, pw, pb] = [
