@@ -5,3 +5,4 @@ export * from './attention';
 export * from './attention-backward';
 export * from './gemm';
 export * from './ops';
+export * from './decode';

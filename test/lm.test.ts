@@ -84,7 +84,9 @@ describe('textBits', () => {
     expect(got.tokens).toBe(ids.length - 1);
     expect(got.bytes).toBe(new TextEncoder().encode(sample).length);
     expect(Math.abs(got.bits - bits)).toBeLessThan(1e-6 * bits);
-    expect(got.bitsPerByte).toBeCloseTo(bits / got.bytes, 9);
+    // bitsPerByte is bits / bytes; the bits themselves agree to 1e-6 above (float32 attention rounds
+    // differently on the decode path a short context takes and on the tiled path of a batch).
+    expect(got.bitsPerByte).toBeCloseTo(got.bits / got.bytes, 12);
     // The default stride (maxLen / 2) scores every token once too, with at least half a window of context.
     const halves = textBits(model, tokenizer, sample);
     expect(halves.tokens).toBe(got.tokens);

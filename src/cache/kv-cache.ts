@@ -6,10 +6,28 @@
 // K/V as Tensors, but lazily: `.key` / `.value` build the dense [B, Hkv, S, ·] copy only when read, so
 // the model's cached forward (planCachedAttention, then runKernel) never pays an O(S) copy per token.
 // Lengths are per layer; `length` is the last layer's, so it moves once a step has updated every layer.
+// With `resident: true` each layer's storage is one allocation in this thread's WebAssembly memory
+// (kernels/wasm-runtime.ts), so the WASM kernel's decode path reads it where it lies; its Float32Array
+// views are re-derived whenever the memory has grown (growth detaches them), never kept stale.
 
 import { planStoredAttention } from '../attention/paged.js';
 import type { AttentionInput, AttentionOptions, AttentionPlan } from '../attention/plan.js';
-import { checkAllocation, checkInteger, checkOptionNames, formatShape, formatValue } from '../shape.js';
+import {
+  allocateResident,
+  freeResident,
+  liveView,
+  residentView,
+  type WasmAllocation,
+  wasmSupport,
+} from '../kernels/wasm-runtime.js';
+import {
+  checkAllocation,
+  checkBoolean,
+  checkInteger,
+  checkOptionNames,
+  formatShape,
+  formatValue,
+} from '../shape.js';
 import { type DType, Tensor, type TensorLike, toTensor } from '../tensor.js';
 import type { StoredKV } from './paged.js';
 
@@ -30,6 +48,13 @@ export interface KVCacheOptions {
    * w tokens for one-token steps (w − 1 + L_new during a step of L_new tokens), in a ring buffer.
    */
   window?: number;
+  /**
+   * Keep the keys and values in this thread's WebAssembly memory (default false), where the WASM kernel
+   * reads them in place for a decode step instead of copying them in per call. The storage stays there
+   * until `dispose()` (or until the cache is garbage-collected). Where WebAssembly SIMD is unavailable the
+   * cache keeps JS arrays (`resident` then reads false).
+   */
+  resident?: boolean;
 }
 
 /** What `KVCache.update` returns: everything the layer holds, as dense tensors built when first read. */
@@ -40,13 +65,27 @@ export interface KVCacheUpdate {
   readonly value: Tensor;
 }
 
-const OPTIONS = ['numLayers', 'numKvHeads', 'headDim', 'valueDim', 'maxLength', 'window'] as const;
+const OPTIONS = [
+  'numLayers',
+  'numKvHeads',
+  'headDim',
+  'valueDim',
+  'maxLength',
+  'window',
+  'resident',
+] as const;
 
 /** One layer's storage and counters. */
 interface Layer {
-  /** [B, Hkv, capacity, E] and [B, Hkv, capacity, Ev]; empty until the first update. */
+  /**
+   * [B, Hkv, capacity, E] and [B, Hkv, capacity, Ev]; empty until the first update. With resident
+   * storage, views of `allocation` that growth of the WASM memory detaches: read them through keysOf /
+   * valuesOf.
+   */
   k: Float32Array;
   v: Float32Array;
+  /** The resident storage: K then V (16-aligned), or undefined for JS arrays. */
+  allocation?: WasmAllocation;
   capacity: number;
   /** Slot of the oldest key held (0 until a window cache's ring wraps). */
   start: number;
@@ -85,6 +124,8 @@ export class KVCache {
   readonly valueDim: number;
   readonly maxLength: number | undefined;
   readonly window: number | undefined;
+  /** Whether the storage is in WebAssembly memory (asked for with `resident: true` and WASM runs here). */
+  readonly resident: boolean;
 
   readonly #layers: Layer[];
   /** The batch size of the sequence in the cache (undefined while it is empty). */
@@ -99,19 +140,29 @@ export class KVCache {
       throw new TypeError(`${fn}: options must be an object, got ${formatValue(options)}`);
     }
     checkOptionNames(fn, options, OPTIONS);
-    const { numLayers, numKvHeads, headDim, valueDim = headDim, maxLength, window } = options;
+    const {
+      numLayers,
+      numKvHeads,
+      headDim,
+      valueDim = headDim,
+      maxLength,
+      window,
+      resident = false,
+    } = options;
     checkInteger(fn, 'numLayers', numLayers, 1);
     checkInteger(fn, 'numKvHeads', numKvHeads, 1);
     checkInteger(fn, 'headDim', headDim, 1);
     checkInteger(fn, 'valueDim', valueDim, 0);
     if (maxLength !== undefined) checkInteger(fn, 'maxLength', maxLength, 1);
     if (window !== undefined) checkInteger(fn, 'window', window, 1);
+    checkBoolean(fn, 'resident', resident);
     this.numLayers = numLayers;
     this.numKvHeads = numKvHeads;
     this.headDim = headDim;
     this.valueDim = valueDim;
     this.maxLength = maxLength;
     this.window = window;
+    this.resident = resident && residentSupported();
     this.#layers = Array.from({ length: numLayers }, () => emptyLayer());
   }
 
@@ -172,7 +223,7 @@ export class KVCache {
 
     if (this.#storageBatch !== undefined && this.#storageBatch !== B) {
       // Another batch size (after reset): drop the storage of every layer (in place: `st` is one of them).
-      for (const layer of this.#layers) Object.assign(layer, { ...emptyLayer(), epoch: layer.epoch + 1 });
+      for (const layer of this.#layers) dropStorage(layer);
     }
     this.#storageBatch = B;
     this.#batch = B;
@@ -180,6 +231,8 @@ export class KVCache {
 
     // Write the new rows after the held ones, run by run (the ring wraps at most once per run).
     const cap = st.capacity;
+    const sk = keysOf(st);
+    const sv = valuesOf(st);
     const at = st.start + st.held; // slot of the first new row, before wrapping
     for (let bh = 0; bh < B * Hkv; bh++) {
       for (let t = 0; t < L; ) {
@@ -187,8 +240,8 @@ export class KVCache {
         const run = Math.min(L - t, cap - slot);
         const src = bh * L + t;
         const dst = bh * cap + slot;
-        st.k.set(k.data.subarray(src * E, (src + run) * E), dst * E);
-        st.v.set(v.data.subarray(src * Ev, (src + run) * Ev), dst * Ev);
+        sk.set(k.data.subarray(src * E, (src + run) * E), dst * E);
+        sv.set(v.data.subarray(src * Ev, (src + run) * Ev), dst * Ev);
         t += run;
       }
     }
@@ -197,6 +250,16 @@ export class KVCache {
     st.held = keep;
     st.length = length;
     return new LazyKV(st, B, Hkv, E, Ev, layer);
+  }
+
+  /**
+   * Empties every layer and frees its storage (for resident storage: gives its WebAssembly memory back to
+   * the runtime's arena). The cache stays usable: the next update allocates again.
+   */
+  dispose(): void {
+    for (const st of this.#layers) dropStorage(st);
+    this.#batch = undefined;
+    this.#storageBatch = undefined;
   }
 
   /** Empties every layer (storage is kept for the next sequence of the same batch size). */
@@ -260,8 +323,8 @@ export class KVCache {
     const st = this.#layer(fn, layer);
     if (this.#batch === undefined) throw new Error(`${fn}: the cache is empty; update layer ${layer} first`);
     return {
-      k: st.k,
-      v: st.v,
+      k: keysOf(st),
+      v: valuesOf(st),
       B: this.#batch,
       Hkv: this.numKvHeads,
       S: st.held,
@@ -280,10 +343,34 @@ export class KVCache {
         ? Math.max(keep, Math.min(this.maxLength, this.window ?? this.maxLength))
         : Math.max(keep, Math.min(Math.max(2 * st.capacity, 16), limit));
     const Hkv = this.numKvHeads;
-    const k = allocate(fn, [B, Hkv, capacity, this.headDim]);
-    const v = allocate(fn, [B, Hkv, capacity, this.valueDim]);
-    // The held rows, oldest first, from slot 0: the ring is unrolled only when it grows.
-    copyRows(st, B * Hkv, this.headDim, this.valueDim, k, v, capacity);
+    const kShape = [B, Hkv, capacity, this.headDim];
+    const vShape = [B, Hkv, capacity, this.valueDim];
+    let allocation: WasmAllocation | undefined;
+    let k: Float32Array;
+    let v: Float32Array;
+    if (this.resident) {
+      checkAllocation(fn, 'the cache storage', kShape, 4);
+      checkAllocation(fn, 'the cache storage', vShape, 4);
+      const kFloats = kShape.reduce((a, b) => a * b, 1);
+      const vFloats = vShape.reduce((a, b) => a * b, 1);
+      const kBytes = Math.ceil(kFloats / 4) * 16;
+      allocation = allocateResident(fn, kBytes + vFloats * 4, st);
+      if (!allocation) throw new Error(`${fn}: WebAssembly became unavailable for the resident cache`);
+      k = residentView(allocation, 0, kFloats);
+      v = residentView(allocation, kBytes, vFloats);
+    } else {
+      k = allocate(fn, kShape);
+      v = allocate(fn, vShape);
+    }
+    // The held rows, oldest first, from slot 0: the ring is unrolled only when it grows. (Read through
+    // fresh views: the allocation may have grown the WASM memory.)
+    copyRows({ ...st, k: keysOf(st), v: valuesOf(st) }, B * Hkv, this.headDim, this.valueDim, k, v, capacity);
+    if (st.allocation) {
+      // Moving off resident storage frees it: results of earlier updates can no longer be read.
+      freeResident(st.allocation);
+      st.epoch++;
+    }
+    st.allocation = allocation;
     st.k = k;
     st.v = v;
     st.capacity = capacity;
@@ -300,10 +387,31 @@ export class KVCache {
   }
 }
 
+/** Whether resident storage can be had here (WASM SIMD runs on this thread). */
+function residentSupported(): boolean {
+  return wasmSupport() === true;
+}
+
+/** The layer's keys storage, as a live view when it is resident. */
+function keysOf(st: Pick<Layer, 'k'>): Float32Array {
+  return liveView(st.k);
+}
+
+function valuesOf(st: Pick<Layer, 'v'>): Float32Array {
+  return liveView(st.v);
+}
+
+/** Frees the layer's storage and empties it (results of earlier updates can no longer be read). */
+function dropStorage(st: Layer): void {
+  if (st.allocation) freeResident(st.allocation);
+  Object.assign(st, { ...emptyLayer(), epoch: st.epoch + 1 });
+}
+
 function emptyLayer(): Layer {
   return {
     k: new Float32Array(0),
     v: new Float32Array(0),
+    allocation: undefined,
     capacity: 0,
     start: 0,
     held: 0,
@@ -390,13 +498,13 @@ class LazyKV implements KVCacheUpdate {
     // Growth moves the layer to new arrays but leaves the old ones intact; an overwrite bumps the epoch.
     if (this.#st.epoch !== s.epoch) {
       throw new Error(
-        `KVCache.update: this result's key/value were read after layer ${this.layer} was truncated, reset or (window cache) updated again, which overwrote them; read them before that`,
+        `KVCache.update: this result's key/value were read after layer ${this.layer} was truncated, reset or (window cache) updated again, or (resident cache) grew its storage or was disposed, which overwrote or freed them; read them before that`,
       );
     }
     const { B, Hkv, E, Ev } = this;
     const k = new Float32Array(B * Hkv * s.held * E);
     const v = new Float32Array(B * Hkv * s.held * Ev);
-    copyRows(s, B * Hkv, E, Ev, k, v, s.held);
+    copyRows({ ...s, k: keysOf(s), v: valuesOf(s) }, B * Hkv, E, Ev, k, v, s.held);
     this.#key ??= new Tensor(k, [B, Hkv, s.held, E]);
     this.#value ??= new Tensor(v, [B, Hkv, s.held, Ev]);
   }

@@ -24,7 +24,15 @@ import {
 } from './types.js';
 import { type Band, classifyBlock, headsOf, kvRow, kvRun, rowsBand, visibleRange } from './visibility.js';
 import { wasmBackward } from './wasm-backward.js';
-import { callId, releaseWasm, type WasmRuntime, wasmSupport, withWasm } from './wasm-runtime.js';
+import {
+  callId,
+  liveView,
+  releaseWasm,
+  residentAddress,
+  type WasmRuntime,
+  wasmSupport,
+  withWasm,
+} from './wasm-runtime.js';
 
 /** The attention half of the module's exports (assembly/attention.ts). */
 interface KernelExports {
@@ -62,6 +70,26 @@ interface KernelExports {
   packQ(src: number, rows: number, E: number, dst: number, s: number): void;
   tileBytes(): number;
   transposeK(src: number, cols: number, E: number, dst: number, block: number, ld: number): void;
+  decodeTileBytes(): number;
+  decodeAttend(
+    q: number,
+    rowsPad: number,
+    E: number,
+    k: number,
+    ldk: number,
+    v: number,
+    ldv: number,
+    Ev: number,
+    EvPad: number,
+    n: number,
+    j0: number,
+    lo: number,
+    hi: number,
+    m: number,
+    l: number,
+    acc: number,
+    tile: number,
+  ): void;
 }
 
 // Re-exported for the modules and tests that read them from here.
@@ -96,6 +124,45 @@ const TRUSTED_MAX = 4096;
 
 const pad = (n: number, m: number) => Math.ceil(n / m) * m;
 
+/** Most query rows per task (per head) that take the decode path; longer calls take the tiled one. */
+const DECODE_ROWS = 4;
+/** Most rows of a GQA group the decode path computes in one pass (query heads per key head × rows). */
+const DECODE_GROUP_ROWS = 64;
+
+/**
+ * Whether rows [i0, i1) take the decode path (runDecode): a few rows (a decode step, a short speculative
+ * block), no mask, bias or flex (those run the tiled path, which evaluates them), float32 inputs.
+ */
+function decodes(p: AttentionProblem, i0: number, i1: number): boolean {
+  const rows = i1 - i0;
+  return (
+    !p.mask &&
+    !p.bias &&
+    !p.flex &&
+    !p.half &&
+    rows <= DECODE_ROWS &&
+    (p.Hq / p.Hkv) * rows <= DECODE_GROUP_ROWS
+  );
+}
+
+const liveProblems = new WeakMap<AttentionProblem, AttentionProblem>();
+
+/**
+ * The problem with its K/V views live: itself, unless k or v views resident memory that grew since the
+ * views were made (growth detaches them), then a copy with fresh views (kept per problem until it too
+ * goes stale).
+ */
+function liveProblem(p: AttentionProblem): AttentionProblem {
+  const k = liveView(p.k);
+  const v = liveView(p.v);
+  if (k === p.k && v === p.v) return p;
+  const w = liveProblems.get(p);
+  if (w && liveView(w.k) === w.k && liveView(w.v) === w.v) return w;
+  const fresh = { ...p, k, v };
+  liveProblems.set(p, fresh);
+  return fresh;
+}
+
 /** The attention driver of one thread's WASM instance: lays out its buffers there, caches what it copied last. */
 class AttentionDriver {
   private readonly exports: KernelExports;
@@ -110,6 +177,9 @@ class AttentionDriver {
   private flexPtr = 0;
   private stagePtr = 0;
   private vNonFinite = 0; // whether the V in memory holds NaN or ±∞ (attend then never multiplies 0 by it)
+  // The decode path's stash: which (call, b, hk, i0, i1) group's rows are in memory, finished, and where.
+  private decodeKey = '';
+  private decodeAt = { accPtr: 0, mPtr: 0, lPtr: 0, EvPad: 0 };
 
   constructor(private readonly rt: WasmRuntime) {
     this.exports = rt.exports as unknown as KernelExports;
@@ -123,6 +193,7 @@ class AttentionDriver {
       this.problem = 0;
       this.kvKey = '';
     }
+    this.decodeKey = ''; // every layout of this driver starts at base: the decode stash is overwritten
     this.f32 = this.rt.f32;
   }
 
@@ -131,13 +202,17 @@ class AttentionDriver {
       this.runFlex(p, p.flex, outputs, bh, i0, i1);
       return;
     }
+    if (decodes(p, i0, i1)) {
+      this.runDecode(p, outputs, bh, i0, i1);
+      return;
+    }
     const { L, S, E, Ev, mask, bias } = p;
     const { out, lse } = outputs;
     // Float16 inputs are widened here, block by block, as they are copied into WASM memory.
     const half = p.half;
     const q = half ? half.q : p.q;
-    const k = half ? half.k : p.k;
-    const v = half ? half.v : p.v;
+    let k = half ? half.k : p.k;
+    let v = half ? half.v : p.v;
     const { b, h, hk } = headsOf(p, bh);
     // The band as data for the module (it evaluates the same rule); masks and biases go separately.
     const band: Band = { S, shift: p.shift, left: p.left, right: p.right };
@@ -184,6 +259,9 @@ class AttentionDriver {
       if (mask && maskWhole) this.f32.set(mask.data, this.maskPtr / 4);
       if (bias && biasWhole) this.f32.set(bias.data, this.biasPtr / 4);
     }
+    // K/V resident in this memory (a KV cache's storage) detached if ensure grew it: fresh views.
+    const live = liveProblem(p);
+    if (!half) [k, v] = [live.k, live.v];
     const ex = this.exports;
     const f32 = this.f32;
     const left = Math.min(p.left, UNBOUNDED);
@@ -306,10 +384,158 @@ class AttentionDriver {
         if (!distrust(r)) continue;
         let end = r + 1;
         while (end < rows && distrust(end)) end++;
-        flashKernel.forwardRows(float32Of(p), { out, lse }, bh, r0 + r, r0 + end);
+        flashKernel.forwardRows(float32Of(live), { out, lse }, bh, r0 + r, r0 + end);
         r = end;
       }
     }
+  }
+
+  /**
+   * A decode-sized call (see `decodes`): the rows i0 … i1 − 1 of every query head of b's GQA group over key
+   * head hk, computed in one pass over the keys by `decodeAttend`, which reads K [S, E] and V [S, Ev] as
+   * stored (no transpose): in place when they are resident in this memory (a KV cache's storage), else
+   * copied run by run into a stage, in chunks. The group's finished rows stay in memory, so the calls
+   * for the group's other heads only copy theirs out (unless another driver used the memory meanwhile).
+   */
+  private runDecode(
+    p: AttentionProblem,
+    outputs: AttentionOutputs,
+    bh: number,
+    i0: number,
+    i1: number,
+  ): void {
+    const { Hq, Hkv, L, S, Ev } = p;
+    const G = Hq / Hkv;
+    const { b, h, hk } = headsOf(p, bh);
+    const rows = i1 - i0;
+    const key = `${callId(p)},${b},${hk},${i0},${i1}`;
+    const stashed = this.decodeKey === key && this.rt.claim(this);
+    if (!stashed) this.decodeGroup(p, b, hk, i0, i1);
+    const live = liveProblem(p);
+    const { out, lse } = outputs;
+    const { accPtr, mPtr, lPtr, EvPad } = this.decodeAt;
+    const f32 = this.f32;
+    const band: Band = { S, shift: p.shift, left: p.left, right: p.right };
+    for (let r = 0; r < rows; r++) {
+      const rr = (h - hk * G) * rows + r; // this head's row r in the group
+      const row = bh * L + i0 + r;
+      const at = accPtr / 4 + rr * EvPad;
+      if (out) out.set(f32.subarray(at, at + Ev), row * Ev);
+      const m = f32[mPtr / 4 + rr];
+      if (lse) lse[row] = m === Number.NEGATIVE_INFINITY ? m : m * Math.LN2 + Math.log(f32[lPtr / 4 + rr]);
+      // As in `run`: rows finish flagged (m = NaN), and rows whose every visible score overflowed to −∞
+      // (or was NaN), are recomputed in float64 by the JS tiled kernel.
+      let distrust = Number.isNaN(m);
+      if (m === Number.NEGATIVE_INFINITY) {
+        const [lo, hi] = visibleRange(band, i0 + r);
+        distrust = lo <= hi;
+      }
+      if (distrust) flashKernel.forwardRows(live, { out, lse }, bh, i0 + r, i0 + r + 1);
+    }
+  }
+
+  /** Computes and finishes the group's rows (see runDecode); leaves them at this.decodeAt. */
+  private decodeGroup(p: AttentionProblem, b: number, hk: number, i0: number, i1: number): void {
+    const { Hq, Hkv, L, S, E, Ev } = p;
+    const G = Hq / Hkv;
+    const rows = i1 - i0;
+    const R = G * rows;
+    const rowsPad = pad(R, 4);
+    const EvPad = pad(Math.max(Ev, 1), 8);
+    const kAt = residentAddress(p.k, this.rt);
+    const vAt = residentAddress(p.v, this.rt);
+    const resident = kAt !== undefined && vAt !== undefined;
+    const band: Band = { S, shift: p.shift, left: p.left, right: p.right };
+    // Keys any row of the group sees.
+    let uLo = S;
+    let uHi = -1;
+    for (let r = 0; r < rows; r++) {
+      const [lo, hi] = visibleRange(band, i0 + r);
+      if (lo <= hi) [uLo, uHi] = [Math.min(uLo, lo), Math.max(uHi, hi)];
+    }
+    // Keys per staged chunk when K and V are copied (at most KV_BUDGET bytes of them).
+    const chunk = resident ? 0 : Math.max(8, Math.min(uHi - uLo + 1, Math.floor(KV_BUDGET / 4 / (E + Ev))));
+
+    // Memory map (bytes, 16-aligned, from base): q [rowsPad, E] | lo, hi i32 [rowsPad] | m, l [rowsPad] |
+    // acc [rowsPad, EvPad] | tile | K stage [chunk, E] | V stage [chunk, Ev] (the stages only when copied).
+    const qPtr = this.rt.base;
+    const loPtr = qPtr + pad(rowsPad * E * 4, 16);
+    const hiPtr = loPtr + rowsPad * 4;
+    const mPtr = hiPtr + rowsPad * 4;
+    const lPtr = mPtr + rowsPad * 4;
+    const accPtr = lPtr + rowsPad * 4;
+    const tilePtr = accPtr + rowsPad * EvPad * 4;
+    const kStage = tilePtr + pad(this.exports.decodeTileBytes(), 16);
+    const vStage = kStage + pad(chunk * E * 4, 16);
+    this.ensure(vStage + chunk * Ev * 4);
+    this.problem = 0; // the normal path's copies (mask, K/V) were overwritten
+    this.kvKey = '';
+    const live = liveProblem(p);
+    const f32 = this.f32;
+    const i32 = new Int32Array(f32.buffer);
+    const ex = this.exports;
+
+    // Query rows of the group's heads, times scale·log2 e (scores in log2 units); pad rows are 0 and
+    // copy row 0's band (so they never narrow the keys every row of a group of 4 sees).
+    const qScale = p.scale * Math.LOG2E;
+    f32.fill(0, qPtr / 4, qPtr / 4 + rowsPad * E);
+    for (let g = 0; g < G; g++) {
+      for (let r = 0; r < rows; r++) {
+        const from = ((b * Hq + hk * G + g) * L + i0 + r) * E;
+        const to = qPtr / 4 + (g * rows + r) * E;
+        for (let e = 0; e < E; e++) f32[to + e] = live.q[from + e] * qScale;
+      }
+    }
+    for (let rr = 0; rr < rowsPad; rr++) {
+      const [lo, hi] = visibleRange(band, i0 + (rr < R ? rr % rows : 0));
+      i32[loPtr / 4 + rr] = lo;
+      i32[hiPtr / 4 + rr] = hi;
+    }
+    ex.reset(mPtr, lPtr, accPtr, rowsPad, EvPad);
+    const attend = (kPtr: number, vPtr: number, n: number, j0: number) =>
+      ex.decodeAttend(
+        qPtr,
+        rowsPad,
+        E,
+        kPtr,
+        E,
+        vPtr,
+        Ev,
+        Ev,
+        EvPad,
+        n,
+        j0,
+        loPtr,
+        hiPtr,
+        mPtr,
+        lPtr,
+        accPtr,
+        tilePtr,
+      );
+    if (resident) {
+      // Straight from the storage, run by run of consecutively stored keys (a ring's wrap, a page).
+      for (let j = uLo; j <= uHi; ) {
+        const n = kvRun(live, b, hk, j, uHi + 1);
+        const row = kvRow(live, b, hk, j);
+        attend(kAt + row * E * 4, vAt + row * Ev * 4, n, j);
+        j += n;
+      }
+    } else {
+      for (let s0 = uLo; s0 <= uHi; s0 += chunk) {
+        const s1 = Math.min(uHi + 1, s0 + chunk);
+        for (let j = s0; j < s1; ) {
+          const n = kvRun(live, b, hk, j, s1);
+          const row = kvRow(live, b, hk, j);
+          f32.set(live.k.subarray(row * E, (row + n) * E), kStage / 4 + (j - s0) * E);
+          f32.set(live.v.subarray(row * Ev, (row + n) * Ev), vStage / 4 + (j - s0) * Ev);
+          j += n;
+        }
+        attend(kStage, vStage, s1 - s0, s0);
+      }
+    }
+    ex.finish(accPtr, mPtr, lPtr, accPtr, R, EvPad, TRUSTED_MAX);
+    this.decodeAt = { accPtr, mPtr, lPtr, EvPad };
+    this.decodeKey = `${callId(p)},${b},${hk},${i0},${i1}`;
   }
 
   /**
@@ -333,8 +559,8 @@ class AttentionDriver {
     const { out, lse } = outputs;
     const half = p.half;
     const q = half ? half.q : p.q;
-    const k = half ? half.k : p.k;
-    const v = half ? half.v : p.v;
+    let k = half ? half.k : p.k;
+    let v = half ? half.v : p.v;
     const { b, h, hk } = headsOf(p, bh);
     const plan = f.mask ? (maskPlanOf(f.maskProgram!) as MaskPlan) : undefined;
     const sprog = f.score ? f.scoreProgram : undefined;
@@ -413,6 +639,8 @@ class AttentionDriver {
       i32.set(scoreOps, scorePtr / 4);
       this.f32.set(floats, floatsPtr / 4);
     }
+    const live = liveProblem(p);
+    if (!half) [k, v] = [live.k, live.v];
     // Descriptors (flexRow): full tiles run the score program only, partial ones the mask program too.
     const nScore = scoreOps.length / 4;
     const nProg = progOps.length / 3;
@@ -594,7 +822,7 @@ class AttentionDriver {
           if (!distrust(x)) continue;
           let end = x + 1;
           while (end < n && distrust(end)) end++;
-          flashKernel.forwardRows(float32Of(p), { out, lse }, bh, seg.a + x, seg.a + end);
+          flashKernel.forwardRows(float32Of(live), { out, lse }, bh, seg.a + x, seg.a + end);
           x = end;
         }
       }
@@ -932,6 +1160,8 @@ export const wasmKernel: AttentionKernel = {
     }
     // Weights are an L×S output the caller asked to materialise: the JS tiled kernel writes them in
     // float64 from exact scores (the f32 scores here would cost accuracy on huge logits).
-    if (outputs.weights) flashKernel.forwardRows(float32Of(p), { weights: outputs.weights }, bh, i0, i1);
+    if (outputs.weights) {
+      flashKernel.forwardRows(float32Of(liveProblem(p)), { weights: outputs.weights }, bh, i0, i1);
+    }
   },
 };

@@ -327,25 +327,31 @@ export class TinyTransformer {
           numKvHeads: numHeads,
           headDim: dModel / numHeads,
           maxLength: ids.length + maxNewTokens,
+          // In WebAssembly memory, where the decode steps read it in place (JS arrays where WASM cannot run).
+          resident: true,
         })
       : undefined;
-    const seq = new Int32Array(ids.length + maxNewTokens);
-    seq.set(ids);
-    let n = ids.length;
-    // The prompt in one step (the prefill), then one token per step.
-    let logits = this.#infer(ids, 1, n, cache, false).logits;
-    let made = 0;
-    while (made < maxNewTokens) {
-      const id = sampleToken(logits.subarray(logits.length - V), sampling, generator);
-      out[made++] = id;
-      seq[n++] = id;
-      onToken?.(id, made - 1);
-      if (stops.has(id) || made === maxNewTokens) break;
-      logits = cache
-        ? this.#infer(Int32Array.of(id), 1, 1, cache, false).logits
-        : this.#infer(seq.subarray(0, n), 1, n, undefined, false).logits;
+    try {
+      const seq = new Int32Array(ids.length + maxNewTokens);
+      seq.set(ids);
+      let n = ids.length;
+      // The prompt in one step (the prefill), then one token per step.
+      let logits = this.#infer(ids, 1, n, cache, false).logits;
+      let made = 0;
+      while (made < maxNewTokens) {
+        const id = sampleToken(logits.subarray(logits.length - V), sampling, generator);
+        out[made++] = id;
+        seq[n++] = id;
+        onToken?.(id, made - 1);
+        if (stops.has(id) || made === maxNewTokens) break;
+        logits = cache
+          ? this.#infer(Int32Array.of(id), 1, 1, cache, false).logits
+          : this.#infer(seq.subarray(0, n), 1, n, undefined, false).logits;
+      }
+      return out.slice(0, made);
+    } finally {
+      cache?.dispose(); // its WebAssembly memory goes back to the arena now, not when collected
     }
-    return out.slice(0, made);
   }
 
   /** Checks a cache against this model's shape and that `L` more tokens fit in maxLen. */
