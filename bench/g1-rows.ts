@@ -205,7 +205,7 @@ function compareAll(got: Float32Array, want: Float32Array, tol: { atol: number; 
 
 /** The decode step's function for `impl`, over q, k, v (k/v hold every key, the new one last). */
 async function prepareDecode(
-  impl: Exclude<DecodeImpl, 'qkv-mha' | 'ort-web-mha'>,
+  impl: Exclude<DecodeImpl, 'qkv-mha' | 'qkv-mha-resident' | 'ort-web-mha'>,
   q: Tensor,
   k: Tensor,
   v: Tensor,
@@ -225,6 +225,20 @@ async function prepareDecode(
       return async () => {
         const all = cache.update(0, key, value);
         const out = scaledDotProductAttention(q, all.key, all.value, { causal: true }).data;
+        cache.truncate(P);
+        return out;
+      };
+    }
+    case 'qkv-resident': {
+      // The cache in WASM memory; the step appends in place and attends where the keys lie (no copy).
+      const cache = new KVCache({ numLayers: 1, numKvHeads: Hkv, headDim: E, maxLength: S, resident: true });
+      if (!cache.resident) throw new Error('WebAssembly SIMD is unavailable: the cache cannot be resident');
+      cache.update(0, new Tensor(past(k), [1, Hkv, P, E]), new Tensor(past(v), [1, Hkv, P, E]));
+      const key = new Tensor(newest(k), [1, Hkv, 1, E]);
+      const value = new Tensor(newest(v), [1, Hkv, 1, E]);
+      return async () => {
+        cache.update(0, key, value);
+        const out = cache.attention(0, q, { causal: true }).data;
         cache.truncate(P);
         return out;
       };
@@ -276,7 +290,7 @@ function transpose(x: Float32Array, rows: number, cols: number): Float32Array {
  * step and what it must equal: the reference kernel's attention of that token over all S.
  */
 async function prepareMhaDecode(
-  impl: 'qkv-mha' | 'ort-web-mha',
+  impl: 'qkv-mha' | 'qkv-mha-resident' | 'ort-web-mha',
 ): Promise<{ run: () => Promise<Float32Array>; want: Float32Array }> {
   const { Hq, Hkv, S, E } = G1_DECODE;
   const D = Hq * E;
@@ -286,9 +300,12 @@ async function prepareMhaDecode(
   const prefix = new Tensor(x.data.subarray(0, P * D), [1, P, D]);
   const token = new Tensor(x.data.slice(P * D), [1, 1, D]);
   const want = mha.forward(token, x, x, { kernel: 'reference' }).output.data;
-  const cache = new KVCache({ numLayers: 1, numKvHeads: Hkv, headDim: E, maxLength: S });
+  const resident = impl === 'qkv-mha-resident';
+  const cache = new KVCache({ numLayers: 1, numKvHeads: Hkv, headDim: E, maxLength: S, resident });
+  if (resident && !cache.resident)
+    throw new Error('WebAssembly SIMD is unavailable: the cache cannot be resident');
   mha.forward(prefix, prefix, prefix, { cache, layer: 0, causal: true });
-  if (impl === 'qkv-mha') {
+  if (impl !== 'ort-web-mha') {
     const run = async () => {
       const out = mha.forward(token, token, token, { cache, layer: 0, causal: true }).output.data;
       cache.truncate(P);
@@ -329,7 +346,8 @@ async function measureDecode(job: G1Job, impl: DecodeImpl): Promise<G1Outcome> {
   let run: () => Promise<Float32Array>;
   let first: Float32Array;
   try {
-    if (impl === 'qkv-mha' || impl === 'ort-web-mha') ({ run, want } = await prepareMhaDecode(impl));
+    if (impl === 'qkv-mha' || impl === 'qkv-mha-resident' || impl === 'ort-web-mha')
+      ({ run, want } = await prepareMhaDecode(impl));
     else {
       const q = Tensor.randn([1, Hq, 1, E], { seed: 1 });
       const k = Tensor.randn([1, Hkv, S, E], { seed: 2 });

@@ -1,7 +1,8 @@
 // G1 (issue 11): generation. (1) A decoder the size of `npm run train:lm`'s language model generating 256
 // tokens greedily from a 16-token prompt with and without a KVCache; (2) with the cache, the time per token
 // early and late in a 1000-token generation; (3) one decode step of bare attention (1 query, 8 query heads
-// over 2 key/value heads, 4096 cached keys) in qkv and in onnxruntime-web's standard Attention op; (4) the
+// over 2 key/value heads, 4096 cached keys) in qkv (dense inputs, a KVCache in JS arrays or resident in
+// WASM memory, a PagedKVCache) and in onnxruntime-web's standard Attention op; (4) the
 // blocks a PagedKVCache uses for 16 continuations forked from one 1024-token prompt.
 // One decision to know: every row is checked before it is timed — generations against the full forward's
 // argmax at every generated position (teacher forcing), decode steps against qkv's reference kernel, the
@@ -47,8 +48,10 @@ export function g1Prompt(): Int32Array {
 export type DecodeImpl =
   | 'qkv-sdpa'
   | 'qkv-kvcache'
+  | 'qkv-resident'
   | 'qkv-paged'
   | 'qkv-mha'
+  | 'qkv-mha-resident'
   | 'ort-web'
   | 'ort-web-past'
   | 'ort-web-mha';
@@ -74,6 +77,8 @@ export function g1Name(impl: G1Impl): string {
           return `decode: qkv scaledDotProductAttention, k/v [1, ${Hkv}, ${S}, 64]`;
         case 'qkv-kvcache':
           return `decode: qkv KVCache.update (${S - 1} + 1) + scaledDotProductAttention`;
+        case 'qkv-resident':
+          return `decode: qkv KVCache (resident) update (${S - 1} + 1) + KVCache.attention`;
         case 'qkv-paged':
           return `decode: qkv PagedKVCache append (${S - 1} + 1) + pagedAttention`;
         case 'ort-web':
@@ -82,6 +87,8 @@ export function g1Name(impl: G1Impl): string {
           return `decode: onnxruntime-web Attention, past ${S - 1} + 1`;
         case 'qkv-mha':
           return `decode + projections: qkv MultiHeadAttention.forward, KVCache ${S - 1} + 1`;
+        case 'qkv-mha-resident':
+          return `decode + projections: qkv MultiHeadAttention.forward, KVCache (resident) ${S - 1} + 1`;
         case 'ort-web-mha':
           return `decode + projections: onnxruntime-web MatMul + Attention, past ${S - 1} + 1`;
       }
@@ -94,10 +101,12 @@ export const G1_IMPLS: G1Impl[] = [
   { kind: 'position' },
   { kind: 'decode', impl: 'qkv-sdpa' },
   { kind: 'decode', impl: 'qkv-kvcache' },
+  { kind: 'decode', impl: 'qkv-resident' },
   { kind: 'decode', impl: 'qkv-paged' },
   { kind: 'decode', impl: 'ort-web' },
   { kind: 'decode', impl: 'ort-web-past' },
   { kind: 'decode', impl: 'qkv-mha' },
+  { kind: 'decode', impl: 'qkv-mha-resident' },
   { kind: 'decode', impl: 'ort-web-mha' },
   { kind: 'paged' },
 ];
@@ -246,9 +255,11 @@ export function g1TargetsTable(rows: G1Row[]): string {
   }
 
   const pairs: [DecodeImpl, DecodeImpl, string][] = [
+    ['qkv-resident', 'ort-web-past', 'cache step, past 4095 + 1'],
     ['qkv-kvcache', 'ort-web-past', 'cache step, past 4095 + 1'],
     ['qkv-paged', 'ort-web-past', 'cache step, past 4095 + 1'],
     ['qkv-sdpa', 'ort-web', 'k/v of 4096 keys as inputs'],
+    ['qkv-mha-resident', 'ort-web-mha', 'with projections, past 4095 + 1'],
     ['qkv-mha', 'ort-web-mha', 'with projections, past 4095 + 1'],
   ];
   for (const [mine, theirs, what] of pairs) {

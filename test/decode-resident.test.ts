@@ -351,6 +351,35 @@ describe.skipIf(!wasm)('resident KV caches', () => {
     expect(() => liveView(view)).toThrow(/freed/);
   });
 
+  it('KVCache.attention reads the layer in place, as scaledDotProductAttention over update’s key/value', () => {
+    for (const resident of [true, false]) {
+      const cache = new KVCache({ numLayers: 2, numKvHeads: Hkv, headDim: E, valueDim: Ev, resident });
+      expect(() => cache.attention(1, new Tensor(rand(4, 1, E, 1), [1, 4, 1, E]))).toThrow(
+        /KVCache.attention: layer 1 holds no keys; update it first/,
+      );
+      const all = cache.update(
+        1,
+        new Tensor(rand(Hkv, 9, E, 2), [1, Hkv, 9, E]),
+        new Tensor(rand(Hkv, 9, Ev, 3), [1, Hkv, 9, Ev]),
+      );
+      for (const L of [1, 2, 9]) {
+        const q = new Tensor(rand(4, L, E, 4), [1, 4, L, E]);
+        const want = scaledDotProductAttention(q, all.key, all.value, { causal: true, kernel: 'reference' });
+        expectAllClose(cache.attention(1, q, { causal: true }), want, {
+          ...TOL,
+          label: `resident ${resident}, L ${L}`,
+        });
+      }
+      expect(() => cache.attention(1, new Tensor(rand(4, 1, 3, 5), [1, 4, 1, 3]))).toThrow(
+        /KVCache.attention: key has E=8 but query has E=3/,
+      );
+      expect(() => cache.attention(2, new Tensor(rand(4, 1, E, 1), [1, 4, 1, E]))).toThrow(
+        /KVCache.attention: layer must be an integer in \[0, 1\]/,
+      );
+      cache.dispose();
+    }
+  });
+
   it('bad options name KVCache and the option', () => {
     expect(
       () => new KVCache({ numLayers: 1, numKvHeads: 1, headDim: 4, resident: 'yes' as unknown as boolean }),

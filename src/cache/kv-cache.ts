@@ -11,7 +11,14 @@
 // views are re-derived whenever the memory has grown (growth detaches them), never kept stale.
 
 import { planStoredAttention } from '../attention/paged.js';
-import type { AttentionInput, AttentionOptions, AttentionPlan } from '../attention/plan.js';
+import type {
+  AnyResultOptions,
+  AttentionInput,
+  AttentionOptions,
+  AttentionPlan,
+  HalfResultOptions,
+} from '../attention/plan.js';
+import { result, runKernel } from '../attention/sdpa.js';
 import {
   allocateResident,
   freeResident,
@@ -312,6 +319,40 @@ export class KVCache {
     const st = this.#layer(fn, layer);
     if (this.#batch === undefined) throw new Error(`${fn}: the cache is empty; nothing is held yet`);
     return new LazyKV(st, this.#batch, this.numKvHeads, this.headDim, this.valueDim, layer);
+  }
+
+  /**
+   * Attention of q [B, Hq, L, E] over everything `layer` holds (what its last update returned), read in
+   * place with no dense copy → [B, Hq, L, Ev]. Options as scaledDotProductAttention's: `causal: true`
+   * aligns q's last row with the newest key; a window cache also applies its window. A decode step's
+   * `update` then `attention` is scaledDotProductAttention over `update(…).key` / `.value` without
+   * building them; with resident storage the WASM kernel reads the keys where they lie.
+   * @throws if `layer` is out of range, the cache is empty, or as scaledDotProductAttention does.
+   * @example
+   * const cache = new KVCache({ numLayers: 1, numKvHeads: 2, headDim: 16, resident: true });
+   * cache.update(0, Tensor.randn([1, 2, 10, 16], { seed: 1 }), Tensor.randn([1, 2, 10, 16], { seed: 2 }));
+   * const out = cache.attention(0, Tensor.randn([1, 8, 1, 16], { seed: 3 }), { causal: true }); // [1, 8, 1, 16]
+   */
+  attention(layer: number, q: AttentionInput, options?: AttentionOptions): Tensor;
+  attention(
+    layer: number,
+    q: AttentionInput,
+    options: HalfResultOptions<AttentionOptions>,
+  ): Tensor<'float16'>;
+  attention(
+    layer: number,
+    q: AttentionInput,
+    options: AnyResultOptions<AttentionOptions> = {},
+  ): Tensor<DType> {
+    const fn = 'KVCache.attention';
+    const st = this.#layer(fn, layer);
+    if (this.#batch === undefined || st.held === 0) {
+      throw new Error(`${fn}: layer ${layer} holds no keys; update it first`);
+    }
+    const plan = planStoredAttention(fn, q, this.attentionInputs(layer), options);
+    const out = new Float32Array(plan.outShape.reduce((a, b) => a * b, 1));
+    runKernel(fn, plan, { out });
+    return result(out, plan);
   }
 
   /**
