@@ -192,7 +192,8 @@ export class KVCache {
    * Appends key [B, Hkv, L_new, E] and value [B, Hkv, L_new, Ev] to `layer` and returns everything the
    * layer holds, [B, Hkv, S, E] and [B, Hkv, S, Ev] (S = its length; with a window, its last
    * min(length, w − 1 + L_new) tokens). The tensors are built when `.key` / `.value` are first read: read
-   * them before the layer is truncated or reset (or, with a window, updated again), or that read throws.
+   * them before the layer is truncated, reset or disposed (or, with a window, updated again; resident,
+   * updated past its capacity), or that read throws.
    * @throws if `layer` is out of range, the shapes do not match the cache or each other, B differs from
    *   the sequence's, or the sequence would exceed maxLength. Nothing is changed then.
    */
