@@ -15,6 +15,7 @@ import {
   Tensor,
   TinyTransformer,
 } from '../src/index.js';
+import { BufferLayout } from '../src/kernels/transfer.js';
 import {
   allocateResident,
   freeResident,
@@ -203,7 +204,7 @@ describe.skipIf(!wasm)('resident KV caches', () => {
       if (step === 20) {
         // Grow the memory (detaching every view of it), and let other drivers use the scratch.
         const grown = wasmMemoryBytes();
-        const big = allocateResident('test', 8 << 20, {})!;
+        const big = allocateResident('test', grown, {})!;
         expect(wasmMemoryBytes()).toBeGreaterThan(grown);
         const mha = new MultiHeadAttention({ embedDim: 32, numHeads: 4, seed: 1 });
         const x = Tensor.randn([1, 300, 32], { seed: 3 });
@@ -341,7 +342,7 @@ describe.skipIf(!wasm)('resident KV caches', () => {
     const a = allocateResident('test', 64, owner)!;
     const view = residentView(a, 16, 4);
     view.set([1, 2, 3, 4]);
-    const big = allocateResident('test', 4 << 20, owner)!; // past the memory's end: it grows
+    const big = allocateResident('test', wasmMemoryBytes(), owner)!; // past the memory's end: it grows
     expect(view.length).toBe(0); // detached
     const live = liveView(view);
     expect(Array.from(live)).toEqual([1, 2, 3, 4]);
@@ -378,6 +379,22 @@ describe.skipIf(!wasm)('resident KV caches', () => {
       );
       cache.dispose();
     }
+  });
+
+  it('a resident view placed for the workers is copied live even if growth detached it before the write', () => {
+    const owner = {};
+    const a = allocateResident('test', 32, owner)!;
+    const view = residentView(a, 0, 8);
+    view.set([1, 2, 3, 4, 5, 6, 7, 8]);
+    const layout = new BufferLayout();
+    const placed = layout.place({ k: view }, 'copy');
+    const big = allocateResident('test', wasmMemoryBytes(), owner)!; // grows (the runner awaits in between)
+    expect(view.length).toBe(0);
+    const buffer = new ArrayBuffer(layout.byteLength);
+    layout.write(buffer);
+    expect(Array.from(new Float32Array(buffer, placed.k.offset, 8))).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    freeResident(big);
+    freeResident(a);
   });
 
   it('bad options name KVCache and the option', () => {

@@ -5,6 +5,8 @@
 // a mod's parameters) crosses threads with no edit here or in the thread protocol; a value that cannot
 // cross (a function, a class instance) throws naming its path, so the round-trip test catches it.
 
+import { liveView } from './wasm-runtime.js';
+
 /** The typed arrays that cross: float32/float64 data, float16 bits, integer tables. */
 const ARRAY_TYPES = {
   Float32Array,
@@ -82,7 +84,9 @@ export class BufferLayout {
   write(buffer: SharedArrayBuffer | ArrayBuffer): void {
     for (const { place, source, fill } of this.entries) {
       const view = viewOf(place, buffer);
-      if (fill === 'copy' && source) view.set(source);
+      // A view of resident WASM memory (a KV cache's storage) may have been detached by the memory's
+      // growth since it was placed (write runs after an await): copy from a fresh view of it.
+      if (fill === 'copy' && source) view.set(source instanceof Float32Array ? liveView(source) : source);
       else view.fill(0);
     }
   }
