@@ -243,10 +243,21 @@ async function prepareDecode(
         return out;
       };
     }
-    case 'qkv-paged': {
+    case 'qkv-paged':
+    case 'qkv-paged-resident': {
       const { blockSize } = G1_PAGED;
       const numBlocks = Math.ceil(S / blockSize) + 2;
-      const cache = new PagedKVCache({ numLayers: 1, numKvHeads: Hkv, headDim: E, blockSize, numBlocks });
+      const resident = impl === 'qkv-paged-resident';
+      const cache = new PagedKVCache({
+        numLayers: 1,
+        numKvHeads: Hkv,
+        headDim: E,
+        blockSize,
+        numBlocks,
+        resident,
+      });
+      if (resident && !cache.resident)
+        throw new Error('WebAssembly SIMD is unavailable: the pool cannot be resident');
       const prefix = cache.allocate();
       cache.append(prefix, 0, new Tensor(past(k), [Hkv, P, E]), new Tensor(past(v), [Hkv, P, E]));
       const key = new Tensor(newest(k), [Hkv, 1, E]);

@@ -50,6 +50,7 @@ export type DecodeImpl =
   | 'qkv-kvcache'
   | 'qkv-resident'
   | 'qkv-paged'
+  | 'qkv-paged-resident'
   | 'qkv-mha'
   | 'qkv-mha-resident'
   | 'ort-web'
@@ -81,6 +82,8 @@ export function g1Name(impl: G1Impl): string {
           return `decode: qkv KVCache (resident) update (${S - 1} + 1) + KVCache.attention`;
         case 'qkv-paged':
           return `decode: qkv PagedKVCache append (${S - 1} + 1) + pagedAttention`;
+        case 'qkv-paged-resident':
+          return `decode: qkv PagedKVCache (resident) append (${S - 1} + 1) + pagedAttention`;
         case 'ort-web':
           return `decode: onnxruntime-web Attention, k/v [1, ${Hkv}, ${S}, 64]`;
         case 'ort-web-past':
@@ -103,6 +106,7 @@ export const G1_IMPLS: G1Impl[] = [
   { kind: 'decode', impl: 'qkv-kvcache' },
   { kind: 'decode', impl: 'qkv-resident' },
   { kind: 'decode', impl: 'qkv-paged' },
+  { kind: 'decode', impl: 'qkv-paged-resident' },
   { kind: 'decode', impl: 'ort-web' },
   { kind: 'decode', impl: 'ort-web-past' },
   { kind: 'decode', impl: 'qkv-mha' },
@@ -257,6 +261,7 @@ export function g1TargetsTable(rows: G1Row[]): string {
   const pairs: [DecodeImpl, DecodeImpl, string][] = [
     ['qkv-resident', 'ort-web-past', 'cache step, past 4095 + 1'],
     ['qkv-kvcache', 'ort-web-past', 'cache step, past 4095 + 1'],
+    ['qkv-paged-resident', 'ort-web-past', 'cache step, past 4095 + 1'],
     ['qkv-paged', 'ort-web-past', 'cache step, past 4095 + 1'],
     ['qkv-sdpa', 'ort-web', 'k/v of 4096 keys as inputs'],
     ['qkv-mha-resident', 'ort-web-mha', 'with projections, past 4095 + 1'],

@@ -11,6 +11,8 @@ import { planCachedAttention } from '../src/cache/kv-cache.js';
 import {
   KVCache,
   MultiHeadAttention,
+  PagedKVCache,
+  pagedAttention,
   scaledDotProductAttention,
   Tensor,
   TinyTransformer,
@@ -395,6 +397,49 @@ describe.skipIf(!wasm)('resident KV caches', () => {
     expect(Array.from(new Float32Array(buffer, placed.k.offset, 8))).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
     freeResident(big);
     freeResident(a);
+  });
+
+  it('a resident PagedKVCache reads its blocks in place, across forks, copy-on-write and memory growth', () => {
+    const before = wasmResidentBytes();
+    const opts = { numLayers: 2, numKvHeads: Hkv, headDim: E, valueDim: Ev, blockSize: 4, numBlocks: 32 };
+    const resident = new PagedKVCache({ ...opts, resident: true });
+    const plain = new PagedKVCache(opts);
+    expect(resident.resident).toBe(true);
+    expect(wasmResidentBytes()).toBeGreaterThan(before);
+    const caches = [resident, plain];
+    const kp = new Tensor(rand(Hkv, 10, E, 41).subarray(0, Hkv * 10 * E), [Hkv, 10, E]);
+    const vp = new Tensor(rand(Hkv, 10, Ev, 42), [Hkv, 10, Ev]);
+    const roots = caches.map((c) => c.allocate());
+    caches.forEach((c, i) => {
+      for (const layer of [0, 1]) c.append(roots[i], layer, kp, vp);
+    });
+    const q = new Tensor(rand(4, 1, E, 43).subarray(0, 4 * E), [4, 1, E]);
+    for (let f = 0; f < 3; f++) {
+      const seqs = caches.map((c, i) => c.fork(roots[i]));
+      for (let t = 0; t < 5; t++) {
+        const k1 = new Tensor(rand(Hkv, 1, E, 500 + 10 * f + t).subarray(0, Hkv * E), [Hkv, 1, E]);
+        const v1 = new Tensor(rand(Hkv, 1, Ev, 600 + 10 * f + t), [Hkv, 1, Ev]);
+        caches.forEach((c, i) => {
+          for (const layer of [0, 1]) c.append(seqs[i], layer, k1, v1);
+        });
+        if (f === 1 && t === 2) {
+          const big = allocateResident('test', wasmMemoryBytes(), {})!; // detaches the pools' views
+          freeResident(big);
+        }
+        for (const layer of [0, 1]) {
+          const got = pagedAttention(q, resident, seqs[0], layer);
+          const want = pagedAttention(q, plain, seqs[1], layer, { kernel: 'reference' });
+          expectAllClose(got, want, { ...TOL, label: `fork ${f} token ${t} layer ${layer}` });
+        }
+      }
+    }
+    resident.dispose();
+    expect(wasmResidentBytes()).toBe(before);
+    expect(() => resident.allocate()).toThrow(/PagedKVCache.allocate: the cache was disposed/);
+    expect(() => pagedAttention(q, resident, roots[0], 0)).toThrow(/pagedAttention: the cache was disposed/);
+    expect(() => new PagedKVCache({ ...opts, resident: 1 as unknown as boolean })).toThrow(
+      /PagedKVCache: resident must be true or false, got 1/,
+    );
   });
 
   it('bad options name KVCache and the option', () => {

@@ -6,7 +6,22 @@
 // forked from one prompt share all of its full blocks for good.
 
 import type { KvLayout } from '../kernels/types.js';
-import { checkAllocation, checkInteger, checkOptionNames, formatShape, formatValue } from '../shape.js';
+import {
+  allocateResident,
+  freeResident,
+  liveView,
+  residentView,
+  type WasmAllocation,
+  wasmSupport,
+} from '../kernels/wasm-runtime.js';
+import {
+  checkAllocation,
+  checkBoolean,
+  checkInteger,
+  checkOptionNames,
+  formatShape,
+  formatValue,
+} from '../shape.js';
 import type { DType, Tensor, TensorLike } from '../tensor.js';
 import { toTensor } from '../tensor.js';
 
@@ -47,9 +62,23 @@ export interface PagedKVCacheOptions {
   blockSize?: number;
   /** Blocks in the pool (shared by every sequence; each block spans every layer). */
   numBlocks: number;
+  /**
+   * Keep the pools in this thread's WebAssembly memory (default false), where the WASM kernel's decode
+   * path reads the blocks in place instead of copying them in per call; freed by `dispose()` (or when the
+   * cache is garbage-collected). JS arrays where WebAssembly SIMD is unavailable (`resident` reads false).
+   */
+  resident?: boolean;
 }
 
-const OPTIONS = ['numLayers', 'numKvHeads', 'headDim', 'valueDim', 'blockSize', 'numBlocks'] as const;
+const OPTIONS = [
+  'numLayers',
+  'numKvHeads',
+  'headDim',
+  'valueDim',
+  'blockSize',
+  'numBlocks',
+  'resident',
+] as const;
 
 interface Sequence {
   /** Physical block ids, in order: block n holds tokens n·blockSize … (n + 1)·blockSize − 1. */
@@ -83,9 +112,14 @@ export class PagedKVCache {
   readonly valueDim: number;
   readonly blockSize: number;
   readonly numBlocks: number;
+  /** Whether the pools are in WebAssembly memory (asked for with `resident: true` and WASM runs here). */
+  readonly resident: boolean;
 
+  /** Per layer; views of `#allocations` when resident (read through #pools: growth detaches them). */
   readonly #k: Float32Array[];
   readonly #v: Float32Array[];
+  readonly #allocations: WasmAllocation[] = [];
+  #disposed = false;
   /** Sequences holding each block (0 = free). */
   readonly #refs: Int32Array;
   /** Free block ids; popped from the end, so blocks are handed out 0, 1, 2, … at first. */
@@ -100,13 +134,22 @@ export class PagedKVCache {
       throw new TypeError(`${fn}: options must be an object, got ${formatValue(options)}`);
     }
     checkOptionNames(fn, options, OPTIONS);
-    const { numLayers, numKvHeads, headDim, valueDim = headDim, blockSize = 16, numBlocks } = options;
+    const {
+      numLayers,
+      numKvHeads,
+      headDim,
+      valueDim = headDim,
+      blockSize = 16,
+      numBlocks,
+      resident = false,
+    } = options;
     checkInteger(fn, 'numLayers', numLayers, 1);
     checkInteger(fn, 'numKvHeads', numKvHeads, 1);
     checkInteger(fn, 'headDim', headDim, 1);
     checkInteger(fn, 'valueDim', valueDim, 0);
     checkInteger(fn, 'blockSize', blockSize, 1);
     checkInteger(fn, 'numBlocks', numBlocks, 1);
+    checkBoolean(fn, 'resident', resident);
     checkAllocation(fn, 'the key pool', [numBlocks, numKvHeads, blockSize, headDim], 4);
     checkAllocation(fn, 'the value pool', [numBlocks, numKvHeads, blockSize, valueDim], 4);
     this.numLayers = numLayers;
@@ -116,10 +159,49 @@ export class PagedKVCache {
     this.blockSize = blockSize;
     this.numBlocks = numBlocks;
     const rows = numBlocks * numKvHeads * blockSize;
-    this.#k = Array.from({ length: numLayers }, () => new Float32Array(rows * headDim));
-    this.#v = Array.from({ length: numLayers }, () => new Float32Array(rows * valueDim));
+    this.resident = resident && wasmSupport() === true;
+    if (this.resident) {
+      // One allocation per layer, K then V (16-aligned), zeroed as JS arrays are.
+      const kBytes = Math.ceil((rows * headDim) / 4) * 16;
+      this.#k = [];
+      this.#v = [];
+      for (let l = 0; l < numLayers; l++) {
+        const a = allocateResident(fn, kBytes + rows * valueDim * 4, this)!;
+        this.#allocations.push(a);
+        this.#k.push(residentView(a, 0, rows * headDim));
+        this.#v.push(residentView(a, kBytes, rows * valueDim));
+      }
+      for (let l = 0; l < numLayers; l++) {
+        const [k, v] = this.#pools(l);
+        k.fill(0);
+        v.fill(0);
+      }
+    } else {
+      this.#k = Array.from({ length: numLayers }, () => new Float32Array(rows * headDim));
+      this.#v = Array.from({ length: numLayers }, () => new Float32Array(rows * valueDim));
+    }
     this.#refs = new Int32Array(numBlocks);
     this.#free = Array.from({ length: numBlocks }, (_, i) => numBlocks - 1 - i);
+  }
+
+  /**
+   * Frees the pools (a resident cache's WebAssembly memory goes back to the runtime's arena). The cache
+   * cannot be used afterwards: every method throws.
+   */
+  dispose(): void {
+    for (const a of this.#allocations) freeResident(a);
+    this.#allocations.length = 0;
+    this.#k.fill(new Float32Array(0));
+    this.#v.fill(new Float32Array(0));
+    this.#seqs.clear();
+    this.#disposed = true;
+  }
+
+  /** Layer l's K and V pools, as live views when resident. */
+  #pools(l: number): [Float32Array, Float32Array] {
+    this.#k[l] = liveView(this.#k[l]);
+    this.#v[l] = liveView(this.#v[l]);
+    return [this.#k[l], this.#v[l]];
   }
 
   /** Blocks no sequence holds. */
@@ -129,6 +211,7 @@ export class PagedKVCache {
 
   /** A new, empty sequence; returns its id. Takes no block until something is appended. */
   allocate(): number {
+    this.#checkLive('PagedKVCache.allocate');
     const id = this.#nextId++;
     this.#seqs.set(id, { table: [], lengths: new Array<number>(this.numLayers).fill(0) });
     return id;
@@ -227,8 +310,7 @@ export class PagedKVCache {
     }
 
     // Write the rows block by block: each block's rows of a head are contiguous.
-    const kPool = this.#k[layer];
-    const vPool = this.#v[layer];
+    const [kPool, vPool] = this.#pools(layer);
     for (let hk = 0; hk < Hkv; hk++) {
       for (let j = from; j < to; ) {
         const n = Math.floor(j / bs);
@@ -247,9 +329,10 @@ export class PagedKVCache {
   stored(fn: string, seq: number, layer: number): StoredKV {
     const s = this.#sequence(fn, seq);
     this.#checkLayer(fn, layer);
+    const [k, v] = this.#pools(layer);
     return {
-      k: this.#k[layer],
-      v: this.#v[layer],
+      k,
+      v,
       B: 1,
       Hkv: this.numKvHeads,
       S: s.lengths[layer],
@@ -271,12 +354,13 @@ export class PagedKVCache {
     this.#refs[block]--;
     const rows = this.numKvHeads * this.blockSize;
     for (let l = 0; l < this.numLayers; l++) {
-      this.#k[l].copyWithin(
+      const [k, v] = this.#pools(l);
+      k.copyWithin(
         copy * rows * this.headDim,
         block * rows * this.headDim,
         (block + 1) * rows * this.headDim,
       );
-      this.#v[l].copyWithin(
+      v.copyWithin(
         copy * rows * this.valueDim,
         block * rows * this.valueDim,
         (block + 1) * rows * this.valueDim,
@@ -285,7 +369,12 @@ export class PagedKVCache {
     return copy;
   }
 
+  #checkLive(fn: string): void {
+    if (this.#disposed) throw new Error(`${fn}: the cache was disposed; make a new one`);
+  }
+
   #sequence(fn: string, seq: number): Sequence {
+    this.#checkLive(fn);
     const s = this.#seqs.get(seq);
     if (s) return s;
     if (Number.isSafeInteger(seq) && seq >= 0 && seq < this.#nextId) {
