@@ -33,6 +33,24 @@ function hsum4(a: v128, b: v128, c: v128, d: v128): v128 {
   return f32x4.add(i32x4.shuffle(ab, cd, 0, 1, 4, 5), i32x4.shuffle(ab, cd, 2, 3, 6, 7));
 }
 
+/** The 4 rows' dot products with key kp over dimensions E4 … E − 1 (the part E/4 vectors do not cover). */
+@inline
+function tailScores(q0: usize, rowBytes: usize, kp: usize, E4: i32, E: i32): v128 {
+  let t0: f32 = 0, t1: f32 = 0, t2: f32 = 0, t3: f32 = 0;
+  for (let e = E4; e < E; e++) {
+    const o = <usize>e << 2;
+    const kv = load<f32>(kp + o);
+    t0 += load<f32>(q0 + o) * kv;
+    t1 += load<f32>(q0 + rowBytes + o) * kv;
+    t2 += load<f32>(q0 + 2 * rowBytes + o) * kv;
+    t3 += load<f32>(q0 + 3 * rowBytes + o) * kv;
+  }
+  let t = f32x4.splat(t0);
+  t = f32x4.replace_lane(t, 1, t1);
+  t = f32x4.replace_lane(t, 2, t2);
+  return f32x4.replace_lane(t, 3, t3);
+}
+
 /**
  * Keys j0 … j0 + n − 1 (stored at k, v) against the rowsPad query rows, in groups of 4 rows: per block of
  * keys, (1) scores s = q·k of the 4 rows, −∞ outside each row's [lo, hi]; (2) the online softmax: new max,
@@ -71,13 +89,47 @@ export function decodeAttend(
     const a0p = acc + (<usize>(r0 * EvPad) << 2);
     for (let c0 = uLo; c0 <= uHi; c0 += DECODE_BLOCK) {
       const c1 = min(c0 + DECODE_BLOCK, uHi + 1);
-      // (1) Scores, one key at a time: E/4 vector steps shared by the 4 rows, then E mod 4 scalar ones.
+      // (1) Scores, two keys at a time (8 independent accumulator chains: one key's 4 would leave the loop
+      // waiting on multiply-add latency): E/4 vector steps shared by the 4 rows, then E mod 4 scalar ones.
       let bmax = ninf;
-      for (let c = c0; c < c1; c++) {
+      let c = c0;
+      for (; c + 2 <= c1; c += 2) {
+        const kp = k + <usize>c * kStep;
+        const kq = kp + kStep;
+        let a0 = zero, a1 = zero, a2 = zero, a3 = zero;
+        let b0 = zero, b1 = zero, b2 = zero, b3 = zero;
+        for (let e = 0; e < E4; e += 4) {
+          const o = <usize>e << 2;
+          const k0 = v128.load(kp + o);
+          const k1 = v128.load(kq + o);
+          const x0 = v128.load(q0 + o);
+          const x1 = v128.load(q1 + o);
+          const x2 = v128.load(q2 + o);
+          const x3 = v128.load(q3 + o);
+          a0 = madd(x0, k0, a0); b0 = madd(x0, k1, b0);
+          a1 = madd(x1, k0, a1); b1 = madd(x1, k1, b1);
+          a2 = madd(x2, k0, a2); b2 = madd(x2, k1, b2);
+          a3 = madd(x3, k0, a3); b3 = madd(x3, k1, b3);
+        }
+        let s = hsum4(a0, a1, a2, a3);
+        let t = hsum4(b0, b1, b2, b3);
+        if (E4 < E) {
+          s = f32x4.add(s, tailScores(q0, rowBytes, kp, E4, E));
+          t = f32x4.add(t, tailScores(q0, rowBytes, kq, E4, E));
+        }
+        const jv = i32x4.splat(j0 + c);
+        const jw = i32x4.add(jv, i32x4.splat(1));
+        s = v128.bitselect(s, ninf, v128.and(i32x4.ge_s(jv, loV), i32x4.le_s(jv, hiV)));
+        t = v128.bitselect(t, ninf, v128.and(i32x4.ge_s(jw, loV), i32x4.le_s(jw, hiV)));
+        const tp = tile + (<usize>(c - c0) << 4);
+        v128.store(tp, s);
+        v128.store(tp, t, 16);
+        bmax = f32x4.pmax(bmax, f32x4.pmax(s, t)); // pmax keeps bmax where a score is NaN: the driver catches such rows
+      }
+      if (c < c1) {
         const kp = k + <usize>c * kStep;
         let a0 = zero, a1 = zero, a2 = zero, a3 = zero;
-        let e = 0;
-        for (; e < E4; e += 4) {
+        for (let e = 0; e < E4; e += 4) {
           const o = <usize>e << 2;
           const kv = v128.load(kp + o);
           a0 = madd(v128.load(q0 + o), kv, a0);
@@ -86,27 +138,11 @@ export function decodeAttend(
           a3 = madd(v128.load(q3 + o), kv, a3);
         }
         let s = hsum4(a0, a1, a2, a3);
-        if (e < E) {
-          let t0: f32 = 0, t1: f32 = 0, t2: f32 = 0, t3: f32 = 0;
-          for (; e < E; e++) {
-            const o = <usize>e << 2;
-            const kv = load<f32>(kp + o);
-            t0 += load<f32>(q0 + o) * kv;
-            t1 += load<f32>(q1 + o) * kv;
-            t2 += load<f32>(q2 + o) * kv;
-            t3 += load<f32>(q3 + o) * kv;
-          }
-          let t = f32x4.splat(t0);
-          t = f32x4.replace_lane(t, 1, t1);
-          t = f32x4.replace_lane(t, 2, t2);
-          t = f32x4.replace_lane(t, 3, t3);
-          s = f32x4.add(s, t);
-        }
+        if (E4 < E) s = f32x4.add(s, tailScores(q0, rowBytes, kp, E4, E));
         const jv = i32x4.splat(j0 + c);
-        const vis = v128.and(i32x4.ge_s(jv, loV), i32x4.le_s(jv, hiV));
-        s = v128.bitselect(s, ninf, vis);
+        s = v128.bitselect(s, ninf, v128.and(i32x4.ge_s(jv, loV), i32x4.le_s(jv, hiV)));
         v128.store(tile + (<usize>(c - c0) << 4), s);
-        bmax = f32x4.pmax(bmax, s); // pmax keeps bmax where s is NaN: the driver catches such rows
+        bmax = f32x4.pmax(bmax, s);
       }
       // (2) Online softmax per lane (row): a lane that has seen nothing keeps m = −∞, l = 0, acc = 0.
       const mOld = v128.load(mp);
