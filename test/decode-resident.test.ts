@@ -442,6 +442,68 @@ describe.skipIf(!wasm)('resident KV caches', () => {
     );
   });
 
+  it('a plan run again after its cache was rewritten in place reads the new rows (no stale stash)', () => {
+    const cache = new KVCache({ numLayers: 1, numKvHeads: 1, headDim: E, maxLength: 8, resident: true });
+    const k = rand(1, 5, E, 51);
+    const v = rand(1, 5, E, 52);
+    cache.update(0, new Tensor(k, [1, 1, 5, E]), new Tensor(v, [1, 1, 5, E]));
+    const q = new Tensor(rand(3, 1, E, 53), [1, 3, 1, E]);
+    const plan = planCachedAttention('test', q, cache, 0, { causal: true });
+    const run = () => {
+      const out = new Float32Array(3 * E);
+      runKernel('test', plan, { out });
+      return out;
+    };
+    const want = (kk: Float32Array, vv: Float32Array) =>
+      scaledDotProductAttention(q, new Tensor(kk, [1, 1, 5, E]), new Tensor(vv, [1, 1, 5, E]), {
+        causal: true,
+        kernel: 'reference',
+      });
+    expectAllClose(new Tensor(run(), [1, 3, 1, E]), want(k, v), TOL);
+    cache.truncate(4);
+    const k2 = rand(1, 1, E, 54);
+    const v2 = rand(1, 1, E, 55);
+    cache.update(0, new Tensor(k2, [1, 1, 1, E]), new Tensor(v2, [1, 1, 1, E]));
+    k.set(k2, 4 * E);
+    v.set(v2, 4 * E);
+    expectAllClose(new Tensor(run(), [1, 3, 1, E]), want(k, v), TOL);
+    // The tiled path (more rows than a decode step) likewise recopies K/V for each call.
+    const q8 = new Tensor(rand(3, 8, E, 56), [1, 3, 8, E]);
+    const tiled = planCachedAttention('test', q8, cache, 0, {});
+    const runTiled = () => {
+      const out = new Float32Array(3 * 8 * E);
+      runKernel('test', tiled, { out });
+      return new Tensor(out, [1, 3, 8, E]);
+    };
+    const wantTiled = (kk: Float32Array, vv: Float32Array) =>
+      scaledDotProductAttention(q8, new Tensor(kk, [1, 1, 5, E]), new Tensor(vv, [1, 1, 5, E]), {
+        kernel: 'reference',
+      });
+    expectAllClose(runTiled(), wantTiled(k, v), TOL);
+    cache.truncate(4);
+    cache.update(
+      0,
+      new Tensor(
+        k2.map((x) => -x),
+        [1, 1, 1, E],
+      ),
+      new Tensor(
+        v2.map((x) => 2 * x),
+        [1, 1, 1, E],
+      ),
+    );
+    k.set(
+      k2.map((x) => -x),
+      4 * E,
+    );
+    v.set(
+      v2.map((x) => 2 * x),
+      4 * E,
+    );
+    expectAllClose(runTiled(), wantTiled(k, v), TOL);
+    cache.dispose();
+  });
+
   it('bad options name KVCache and the option', () => {
     expect(
       () => new KVCache({ numLayers: 1, numKvHeads: 1, headDim: 4, resident: 'yes' as unknown as boolean }),

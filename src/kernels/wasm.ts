@@ -150,6 +150,12 @@ function decodes(p: AttentionProblem, i0: number, i1: number): boolean {
 const liveProblems = new WeakMap<AttentionProblem, AttentionProblem>();
 
 /**
+ * Calls finished on this thread (bumped by the kernel's `release`): part of the decode stash's key, so
+ * a problem object run again after its storage changed (a cache appended in place) is recomputed.
+ */
+let callsDone = 0;
+
+/**
  * The problem with its K/V views live: itself, unless k or v views resident memory that grew since the
  * views were made (growth detaches them), then a copy with fresh views (kept per problem until it too
  * goes stale).
@@ -181,6 +187,7 @@ class AttentionDriver {
   private vNonFinite = 0; // whether the V in memory holds NaN or ±∞ (attend then never multiplies 0 by it)
   // The decode path's stash: which (call, b, hk, i0, i1) group's rows are in memory, finished, and where.
   private decodeKey = '';
+  private calls = -1; // callsDone when the copies above were made
   private decodeAt = { accPtr: 0, mPtr: 0, lPtr: 0, EvPad: 0 };
 
   constructor(private readonly rt: WasmRuntime) {
@@ -191,9 +198,11 @@ class AttentionDriver {
   /** Grows memory to at least `bytes`; forgets its copies if another driver used the memory meanwhile. */
   private ensure(bytes: number): void {
     this.rt.ensure(bytes);
-    if (!this.rt.claim(this)) {
+    // Copies are kept within a call only: a problem object run again may view rewritten storage.
+    if (!this.rt.claim(this) || this.calls !== callsDone) {
       this.problem = 0;
       this.kvKey = '';
+      this.calls = callsDone;
     }
     this.decodeKey = ''; // every layout of this driver starts at base: the decode stash is overwritten
     this.f32 = this.rt.f32;
@@ -410,7 +419,7 @@ class AttentionDriver {
     const G = Hq / Hkv;
     const { b, h, hk } = headsOf(p, bh);
     const rows = i1 - i0;
-    const key = `${callId(p)},${b},${hk},${i0},${i1}`;
+    const key = `${callsDone},${callId(p)},${b},${hk},${i0},${i1}`;
     const stashed = this.decodeKey === key && this.rt.claim(this);
     if (!stashed) this.decodeGroup(p, b, hk, i0, i1);
     const live = liveProblem(p);
@@ -537,7 +546,7 @@ class AttentionDriver {
     }
     ex.finish(accPtr, mPtr, lPtr, accPtr, R, EvPad, TRUSTED_MAX);
     this.decodeAt = { accPtr, mPtr, lPtr, EvPad };
-    this.decodeKey = `${callId(p)},${b},${hk},${i0},${i1}`;
+    this.decodeKey = `${callsDone},${callId(p)},${b},${hk},${i0},${i1}`;
   }
 
   /**
@@ -1147,7 +1156,10 @@ export const wasmKernel: AttentionKernel = {
     if (p.flex) return flexSupport(p, p.flex);
     return true;
   },
-  release: releaseWasm,
+  release(): void {
+    callsDone++;
+    releaseWasm();
+  },
   backward: wasmBackward,
   forwardRows(p: AttentionProblem, outputs: AttentionOutputs, bh: number, i0: number, i1: number): void {
     if (outputs.out || outputs.lse) {
