@@ -4,6 +4,7 @@
 // tensors, never read back through the cache or the kernel under test; the hostile cases put NaN and ±∞
 // exactly where the band blocks them, so a kernel that multiplies a blocked key by 0 fails here.
 
+import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { planAttention } from '../src/attention/plan.js';
 import { runKernel } from '../src/attention/sdpa.js';
@@ -397,6 +398,77 @@ describe.skipIf(!wasm)('resident KV caches', () => {
     expect(Array.from(new Float32Array(buffer, placed.k.offset, 8))).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
     freeResident(big);
     freeResident(a);
+  });
+
+  it('a resident view freed before the workers’ copy throws, even when no growth detached it', () => {
+    // An async call places the cache's views, then awaits; a dispose (or a regrowth) meanwhile frees the
+    // storage, and another cache may already be writing there: the copy must refuse, never read it.
+    const a = allocateResident('test', 32, {})!;
+    const view = residentView(a, 0, 8);
+    view.set([1, 2, 3, 4, 5, 6, 7, 8]);
+    const layout = new BufferLayout();
+    layout.place({ k: view }, 'copy');
+    freeResident(a);
+    const other = allocateResident('test', 32, {})!; // the freed bytes, taken by someone else
+    residentView(other, 0, 8).fill(50);
+    expect(view.length).toBe(8); // not detached: only the freed flag can tell
+    expect(() => layout.write(new ArrayBuffer(layout.byteLength))).toThrow(
+      /resident WebAssembly memory was read after it was freed: its KV cache was disposed or grew its storage while a call that reads it was still running/,
+    );
+    freeResident(other);
+  });
+
+  it('MultiHeadAttention.forwardAsync whose resident cache is disposed while it waits rejects, never answers from freed memory', async () => {
+    // The built Node entry: its workers run the built files, so the call really waits for them.
+    const qkv = await import(`${fileURLToPath(new URL('../dist/', import.meta.url))}index.node.js`);
+    try {
+      const D = 64;
+      const mha = new qkv.MultiHeadAttention({ embedDim: D, numHeads: 8, numKvHeads: 2, seed: 3 });
+      const cache = new qkv.KVCache({
+        numLayers: 1,
+        numKvHeads: 2,
+        headDim: 8,
+        maxLength: 400,
+        resident: true,
+      });
+      expect(cache.resident).toBe(true);
+      const x0 = new qkv.Tensor(rand(1, 200, D, 41), [1, 200, D]);
+      mha.forward(x0, x0, x0, { cache, layer: 0, causal: true });
+      const x = new qkv.Tensor(rand(1, 100, D, 42), [1, 100, D]);
+      const pending = mha.forwardAsync(x, x, x, { cache, layer: 0, causal: true, threads: 2 });
+      // Once the call has appended x (its projections come first), it reads the cache from the workers.
+      while (cache.layerLength(0) === 200) await Promise.resolve();
+      cache.dispose();
+      const other = new qkv.KVCache({
+        numLayers: 1,
+        numKvHeads: 2,
+        headDim: 8,
+        maxLength: 400,
+        resident: true,
+      });
+      const fill = new qkv.Tensor(new Float32Array(2 * 300 * 8).fill(50), [1, 2, 300, 8]);
+      other.update(0, fill, fill); // the freed bytes, taken by another cache
+      await expect(pending).rejects.toThrow(/read after it was freed: its KV cache was disposed/);
+      other.dispose();
+    } finally {
+      await qkv.terminateWorkers();
+    }
+  });
+
+  it('dispose gives a big instance’s memory back at once (no kernel call needed)', () => {
+    const cache = new KVCache({
+      numLayers: 1,
+      numKvHeads: 1,
+      headDim: 64,
+      maxLength: 140_000,
+      resident: true,
+    });
+    const k = new Tensor(rand(1, 3, 64, 43), [1, 1, 3, 64]);
+    cache.update(0, k, k);
+    expect(wasmMemoryBytes()).toBeGreaterThan(64 << 20);
+    cache.dispose();
+    expect(wasmResidentBytes()).toBe(0);
+    expect(wasmMemoryBytes()).toBe(0); // the instance is dropped; the next call makes a fresh one
   });
 
   it('a resident PagedKVCache reads its blocks in place, across forks, copy-on-write and memory growth', () => {

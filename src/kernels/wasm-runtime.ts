@@ -264,6 +264,9 @@ export function allocateResident(fn: string, bytes: number, owner: object): Wasm
 export function freeResident(allocation: WasmAllocation): void {
   finalizer.unregister(allocation);
   allocation.runtime.free(allocation);
+  // The last resident allocation of an instance grown past KEEP_BYTES: give the memory back now, as a
+  // kernel call's end does, rather than at the next call.
+  if (allocation.runtime === instance) releaseWasm();
 }
 
 /** Where a resident view points: its allocation, and the byte offset and length inside it. */
@@ -286,9 +289,16 @@ export function residentView(allocation: WasmAllocation, offset: number, length:
 /** `x` itself, or, if it is a resident view the memory's growth detached, a fresh view of the same floats. */
 export function liveView(x: Float32Array): Float32Array {
   const r = residentViews.get(x);
-  if (!r || x.buffer === r.allocation.runtime.exports.memory.buffer) return x;
-  if (r.allocation.freed)
-    throw new Error('a view of resident WebAssembly memory was read after it was freed');
+  if (!r) return x;
+  // Checked first: a freed allocation's bytes may already hold another cache's data, and a view that the
+  // memory's growth did not detach would read them without a word (an async call whose resident cache
+  // was disposed, reset or regrown while the call waited for its workers).
+  if (r.allocation.freed) {
+    throw new Error(
+      'a view of resident WebAssembly memory was read after it was freed: its KV cache was disposed or grew its storage while a call that reads it was still running',
+    );
+  }
+  if (x.buffer === r.allocation.runtime.exports.memory.buffer) return x;
   return residentView(r.allocation, r.offset, r.length);
 }
 
