@@ -392,8 +392,21 @@ describe('KVCache', () => {
     const r2 = cache.update(0, one(2), one(2));
     const r3 = cache.update(0, one(3), one(3)); // the ring (2 rows) overwrites token 1
     expect(Array.from(r3.key.data)).toEqual([2, 3]);
-    expect(() => r2.key).toThrow(/read after layer 0 was truncated, reset or \(window cache\) updated again/);
+    expect(() => r2.key).toThrow(
+      /^KVCache\.update: layer 0's key\/value were read after the window cache was updated again \(its ring overwrote the oldest rows\)/,
+    );
     expect(r1).toBeDefined();
+    // Each cause is named as it happened, and by the call that made the result.
+    const named = new KVCache({ numLayers: 1, numKvHeads: 1, headDim: 1 });
+    named.update(0, one(1), one(1));
+    const read = named.read(0);
+    named.truncate(0);
+    expect(() => read.key).toThrow(
+      /^KVCache\.read: layer 0's key\/value were read after the cache was truncated to 0 tokens/,
+    );
+    const u = named.update(0, one(1), one(1));
+    named.reset();
+    expect(() => u.value).toThrow(/^KVCache\.update: .* read after the cache was reset,/);
     const plain = new KVCache({ numLayers: 1, numKvHeads: 1, headDim: 1 });
     const p1 = plain.update(0, one(1), one(1));
     plain.update(0, one(2), one(2));

@@ -102,6 +102,8 @@ interface Layer {
   length: number;
   /** Bumped whenever rows an earlier update result refers to may be overwritten (see KVCacheUpdate). */
   epoch: number;
+  /** What bumped it last, for the error a stale result gives ('the layer was truncated', …). */
+  why: string;
 }
 
 /**
@@ -231,7 +233,7 @@ export class KVCache {
 
     if (this.#storageBatch !== undefined && this.#storageBatch !== B) {
       // Another batch size (after reset): drop the storage of every layer (in place: `st` is one of them).
-      for (const layer of this.#layers) dropStorage(layer);
+      for (const layer of this.#layers) dropStorage(layer, `the cache's storage was remade for batch ${B}`);
     }
     this.#storageBatch = B;
     this.#batch = B;
@@ -253,11 +255,14 @@ export class KVCache {
         t += run;
       }
     }
-    if (st.held + L > cap) st.epoch++; // the ring overwrote rows an earlier result may still refer to
+    if (st.held + L > cap) {
+      st.epoch++; // the ring overwrote rows an earlier result may still refer to
+      st.why = 'the window cache was updated again (its ring overwrote the oldest rows)';
+    }
     st.start = cap === 0 ? 0 : (st.start + st.held + L - keep) % cap;
     st.held = keep;
     st.length = length;
-    return new LazyKV(st, B, Hkv, E, Ev, layer);
+    return new LazyKV(fn, st, B, Hkv, E, Ev, layer);
   }
 
   /**
@@ -265,7 +270,7 @@ export class KVCache {
    * the runtime's arena). The cache stays usable: the next update allocates again.
    */
   dispose(): void {
-    for (const st of this.#layers) dropStorage(st);
+    for (const st of this.#layers) dropStorage(st, 'the cache was disposed');
     this.#batch = undefined;
     this.#storageBatch = undefined;
   }
@@ -277,6 +282,7 @@ export class KVCache {
       st.held = 0;
       st.length = 0;
       st.epoch++;
+      st.why = 'the cache was reset';
     }
     this.#batch = undefined;
   }
@@ -306,6 +312,7 @@ export class KVCache {
       if (n === 0) st.start = 0;
       st.length = n;
       st.epoch++;
+      st.why = `the cache was truncated to ${n} tokens`;
     }
     if (n === 0) this.#batch = undefined;
   }
@@ -319,7 +326,7 @@ export class KVCache {
     const fn = 'KVCache.read';
     const st = this.#layer(fn, layer);
     if (this.#batch === undefined) throw new Error(`${fn}: the cache is empty; nothing is held yet`);
-    return new LazyKV(st, this.#batch, this.numKvHeads, this.headDim, this.valueDim, layer);
+    return new LazyKV(fn, st, this.#batch, this.numKvHeads, this.headDim, this.valueDim, layer);
   }
 
   /**
@@ -411,6 +418,7 @@ export class KVCache {
       // Moving off resident storage frees it: results of earlier updates can no longer be read.
       freeResident(st.allocation);
       st.epoch++;
+      st.why = 'the resident cache grew its storage (the old storage is freed)';
     }
     st.allocation = allocation;
     st.k = k;
@@ -444,9 +452,9 @@ function valuesOf(st: Pick<Layer, 'v'>): Float32Array {
 }
 
 /** Frees the layer's storage and empties it (results of earlier updates can no longer be read). */
-function dropStorage(st: Layer): void {
+function dropStorage(st: Layer, why: string): void {
   if (st.allocation) freeResident(st.allocation);
-  Object.assign(st, { ...emptyLayer(), epoch: st.epoch + 1 });
+  Object.assign(st, { ...emptyLayer(), epoch: st.epoch + 1, why });
 }
 
 function emptyLayer(): Layer {
@@ -459,6 +467,7 @@ function emptyLayer(): Layer {
     held: 0,
     length: 0,
     epoch: 0,
+    why: '',
   };
 }
 
@@ -507,6 +516,8 @@ class LazyKV implements KVCacheUpdate {
   #value: Tensor | undefined;
 
   constructor(
+    /** The call that made it ('KVCache.update' or 'KVCache.read'), for the stale-read error. */
+    private readonly fn: string,
     st: Layer,
     private readonly B: number,
     private readonly Hkv: number,
@@ -540,7 +551,7 @@ class LazyKV implements KVCacheUpdate {
     // Growth moves the layer to new arrays but leaves the old ones intact; an overwrite bumps the epoch.
     if (this.#st.epoch !== s.epoch) {
       throw new Error(
-        `KVCache.update: this result's key/value were read after layer ${this.layer} was truncated, reset or (window cache) updated again, or (resident cache) grew its storage or was disposed, which overwrote or freed them; read them before that`,
+        `${this.fn}: layer ${this.layer}'s key/value were read after ${this.#st.why}, which overwrote or freed the rows they refer to; read key/value before that`,
       );
     }
     const { B, Hkv, E, Ev } = this;
