@@ -165,11 +165,17 @@ export class PagedKVCache {
       const kBytes = Math.ceil((rows * headDim) / 4) * 16;
       this.#k = [];
       this.#v = [];
-      for (let l = 0; l < numLayers; l++) {
-        const a = allocateResident(fn, kBytes + rows * valueDim * 4, this)!;
-        this.#allocations.push(a);
-        this.#k.push(residentView(a, 0, rows * headDim));
-        this.#v.push(residentView(a, kBytes, rows * valueDim));
+      try {
+        for (let l = 0; l < numLayers; l++) {
+          const a = allocateResident(fn, kBytes + rows * valueDim * 4, this)!;
+          this.#allocations.push(a);
+          this.#k.push(residentView(a, 0, rows * headDim));
+          this.#v.push(residentView(a, kBytes, rows * valueDim));
+        }
+      } catch (err) {
+        // A later layer's allocation refused: give back the earlier ones now, not when a GC gets to them.
+        for (const a of this.#allocations) freeResident(a);
+        throw err;
       }
       for (let l = 0; l < numLayers; l++) {
         const [k, v] = this.#pools(l);
