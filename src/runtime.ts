@@ -160,6 +160,7 @@ export function createRuntime(options: RuntimeOptions = {}): Runtime {
     forward: (fn, plan, outputs, requested = threads) =>
       forwardOnThreads(runner, fn, plan, outputs, requested),
     gemm: (fn, parts, requested = threads) => gemmOnThreads(runner, fn, parts, requested),
+    multiHead: (fn, call, requested = threads) => multiHeadOnThreads(runner, fn, call, requested),
   });
   return runtime;
 }
@@ -178,6 +179,29 @@ export interface GemmPart {
 export interface LayerOps {
   forward(fn: string, plan: AttentionPlan, outputs: AttentionOutputs, threads?: number): Promise<void>;
   gemm(fn: string, parts: readonly GemmPart[], threads?: number): Promise<void>;
+  /**
+   * A whole multi-head forward as one phased job (in-projections, heads, out-projection); false, having
+   * done nothing, when the call is small or workers cannot run here (the caller then runs it in steps).
+   */
+  multiHead(fn: string, call: MultiHeadCall, threads?: number): Promise<boolean>;
+}
+
+/** What LayerOps.multiHead computes, every product exactly as the layer's `forward` makes it. */
+export interface MultiHeadCall {
+  /** The q, k and v in-projections (y = x·Wᵀ + b, float32), each split into `heads` heads of `width`. */
+  projections: { problem: GemmProblem; heads: number; width: number }[];
+  /**
+   * The heads' attention over the projections split as splitHeads splits them: its q, k and v are
+   * stand-ins of the right shapes (never read; the workers' projections take their places).
+   */
+  plan: AttentionPlan;
+  /** [D, H·Ev] and [D] */
+  outWeight: Float32Array;
+  outBias?: Float32Array;
+  /** [B·L, D]: the output, written here. */
+  out: Float32Array;
+  /** [B, H, L, S] when the weights are asked for (written here). */
+  weights?: Float32Array;
 }
 
 const layerOps = new WeakMap<Runtime, LayerOps>();
@@ -319,6 +343,93 @@ async function gemmOnThreads(
   } catch (err) {
     throw new Error(`${fn}: ${(err as Error).message}`);
   }
+}
+
+/**
+ * A multi-head forward as one job (JobArgs['mha.forward']): the caller's thread copies x and the weights
+ * in and the output out, and waits; the head split, the attention and the merge never cross back. The
+ * weights are copied every call rather than kept in the workers: a Tensor's data can be written in place,
+ * and checking that it was not would read as much memory as the copy (4 MB at D = 512, about 1 ms).
+ */
+async function multiHeadOnThreads(
+  runner: ThreadRunner,
+  fn: string,
+  call: MultiHeadCall,
+  requested: number | undefined,
+): Promise<boolean> {
+  const p = call.plan.problem;
+  let flops = 4 * p.B * p.Hq * p.L * p.S * Math.max(p.E, p.Ev);
+  let maxRows = 0;
+  for (const { problem: g } of call.projections) {
+    flops += 2 * g.M * g.N * g.K;
+    maxRows = Math.max(maxRows, g.M);
+  }
+  const threads = threadsFor(runner, fn, requested, flops, Math.ceil(maxRows / 32));
+  if (threads < 1) return false;
+  const outputs: AttentionOutputs = { out: call.out, weights: call.weights }; // as the kernel will see them
+  const kernel = chooseKernel(fn, call.plan.kernel, p, outputs);
+  const fallback = fallbackFor(call.plan.kernel, kernel, p, outputs);
+  const gemmKernel = chooseGemmKernel(fn, 'auto', call.projections[0].problem);
+  const gemmFallback = gemmFallbackFor('auto', gemmKernel, call.projections[0].problem);
+  const layout = new BufferLayout(HEADER_BYTES);
+  // Row blocks as the GEMM and attention jobs cut them: two (GEMM) or four (attention) per thread.
+  const gemmRows = (rows: number) => Math.max(32, Math.ceil(rows / (2 * threads) / 32) * 32);
+  let tasks = 0;
+  let scratchFloats = 0;
+  const dsts = [p.q, p.k, p.v].map((x) => layout.scratch('Float32Array', x.length));
+  const proj = call.projections.map(({ problem, heads, width }, i) => {
+    const rowsPerTask = gemmRows(problem.M);
+    tasks += Math.ceil(problem.M / rowsPerTask);
+    scratchFloats = Math.max(scratchFloats, Math.min(rowsPerTask, problem.M) * problem.N);
+    return {
+      problem: layout.place(problem, 'copy', `projections[${i}].problem`),
+      rowsPerTask,
+      dst: dsts[i],
+      heads,
+      width,
+    };
+  });
+  const attentionRows = Math.min(p.L, Math.max(32, Math.ceil((p.B * p.Hq * p.L) / (threads * 4) / 32) * 32));
+  tasks += p.B * p.Hq * Math.ceil(p.L / attentionRows);
+  const D = call.outWeight.length / (p.Hq * p.Ev);
+  const outRows = gemmRows(p.B * p.L);
+  tasks += Math.ceil((p.B * p.L) / outRows);
+  scratchFloats = Math.max(scratchFloats, Math.min(outRows, p.B * p.L) * p.Hq * p.Ev);
+  const { q: _q, k: _k, v: _v, ...rest } = problemFor(kernel, p);
+  const problem = { ...layout.place(rest, 'copy', 'plan.problem'), q: dsts[0], k: dsts[1], v: dsts[2] };
+  const packedOutputs = {
+    out: layout.scratch('Float32Array', p.B * p.Hq * p.L * p.Ev),
+    ...(call.weights ? { weights: layout.place(call.weights, 'zero', 'weights') } : {}),
+  };
+  const outC = layout.scratch('Float32Array', call.out.length);
+  const workers = Math.min(threads, tasks);
+  const args: Packed<JobArgs['mha.forward']> = {
+    gemmKernel: gemmKernel.name,
+    gemmFallback: gemmFallback?.name,
+    proj,
+    problem: problem as Packed<JobArgs['mha.forward']['problem']>,
+    outputs: packedOutputs,
+    rowsPerTask: attentionRows,
+    outProj: {
+      weight: layout.place(call.outWeight, 'copy', 'outWeight'),
+      bias: call.outBias && layout.place(call.outBias, 'copy', 'outBias'),
+      c: outC,
+      D,
+      rowsPerTask: outRows,
+    },
+    scratch: layout.scratch('Float32Array', runner.getPool().workersFor(workers) * scratchFloats),
+    scratchFloats,
+  };
+  const job = { op: 'mha.forward', kernel: kernel.name, fallback: fallback?.name, tasks, args } as const;
+  try {
+    await runner.run(layout, job, workers, (buffer) => {
+      call.out.set(new Float32Array(buffer, outC.offset, outC.length));
+      if (call.weights && packedOutputs.weights) readBack(call.weights, packedOutputs.weights, buffer);
+    });
+  } catch (err) {
+    throw new Error(`${fn}: ${(err as Error).message}`);
+  }
+  return true;
 }
 
 async function attentionAsync(

@@ -98,7 +98,7 @@ describe('MultiHeadAttention.forwardAsync', () => {
     });
   }
 
-  it('splits its products and heads into jobs on the given runtime, and unbatched input stays unbatched', async () => {
+  it('runs as one phased job on the given runtime, and unbatched input stays unbatched', async () => {
     const { platform, jobs } = inlinePlatform(2);
     const runtime = qkv.createRuntime({ platform });
     const mha = new MultiHeadAttention({ embedDim: 128, numHeads: 4, seed: 1 });
@@ -106,11 +106,94 @@ describe('MultiHeadAttention.forwardAsync', () => {
     const got = await mha.forwardAsync(x, x, x, { runtime, threads: 2, causal: true });
     expect(got.output.shape).toEqual([512, 128]);
     expect(got.output.data).toEqual(mha.forward(x, x, x, { causal: true }).output.data);
-    const ops = new Set(jobs.map((j) => j.op));
-    expect(ops).toEqual(new Set(['gemm', 'attention.forward']));
-    // Three parts in the in-projection job (q, k and v), one in the out-projection job.
-    const gemmJobs = jobs.filter((j) => j.op === 'gemm') as { args: { parts: unknown[] } }[];
-    expect(new Set(gemmJobs.map((j) => j.args.parts.length))).toEqual(new Set([3, 1]));
+    // One job: the q, k and v projections, the heads and the out-projection never cross back between.
+    expect([...new Set(jobs)].map((j) => j.op)).toEqual(['mha.forward']); // the job each worker was sent
+    expect((jobs[0] as { args: { proj: unknown[] } }).args.proj).toHaveLength(3);
+  });
+
+  it('with a KV cache it runs in steps (projection, attention, out-projection jobs), as before', async () => {
+    const { platform, jobs } = inlinePlatform(2);
+    const runtime = qkv.createRuntime({ platform });
+    const mha = new MultiHeadAttention({ embedDim: 128, numHeads: 4, seed: 1 });
+    const x = Tensor.randn([1, 512, 128], { seed: 2 });
+    const make = () => new qkv.KVCache({ numLayers: 1, numKvHeads: 4, headDim: 32, maxLength: 600 });
+    const want = mha.forward(x, x, x, { causal: true, cache: make(), layer: 0 }).output.data;
+    const got = await mha.forwardAsync(x, x, x, {
+      runtime,
+      threads: 2,
+      causal: true,
+      cache: make(),
+      layer: 0,
+    });
+    expect(got.output.data).toEqual(want);
+    expect(new Set(jobs.map((j) => j.op))).toEqual(new Set(['gemm', 'attention.forward']));
+  });
+
+  it('sees weights changed between two calls: setters, in-place writes, loadStateDict', async () => {
+    const mha = new MultiHeadAttention({ embedDim: 64, numHeads: 4, seed: 1 });
+    const x = Tensor.randn([2, 200, 64], { seed: 2 });
+    const same = async () => {
+      const got = await mha.forwardAsync(x, x, x, { threads: 2 });
+      expect(got.output.data).toEqual(mha.forward(x).output.data);
+      return got.output.data;
+    };
+    const first = await same();
+    mha.qProjWeight = Tensor.randn([64, 64], { seed: 3 });
+    const second = await same();
+    expect(second).not.toEqual(first);
+    mha.outProjWeight.data[5] += 1; // written in place: no setter sees it
+    mha.inProjBias.data[70] = 2;
+    const third = await same();
+    expect(third).not.toEqual(second);
+    mha.loadStateDict(new MultiHeadAttention({ embedDim: 64, numHeads: 4, seed: 9 }).stateDict());
+    expect(await same()).not.toEqual(third);
+  });
+
+  it('a phased job whose GEMM kernel is refused memory goes on with the fallback', async () => {
+    const { platform, jobs } = inlinePlatform(2);
+    const runtime = qkv.createRuntime({ platform });
+    const mha = new MultiHeadAttention({ embedDim: 64, numHeads: 4, seed: 1 });
+    const x = Tensor.randn([1, 300, 64], { seed: 2 });
+    const rows = wasmGemmKernel.rows;
+    let refused = 0;
+    wasmGemmKernel.rows = () => {
+      refused++;
+      throw new KernelResourceError('WebAssembly.Memory(): could not allocate memory');
+    };
+    try {
+      const got = await mha.forwardAsync(x, x, x, { runtime, threads: 2 });
+      expect(jobs[0]).toMatchObject({
+        op: 'mha.forward',
+        args: { gemmKernel: 'wasm', gemmFallback: 'reference' },
+      });
+      expect(refused).toBeGreaterThanOrEqual(4); // three projections and the out-projection
+      // Every product fell back to the reference: the sync forward on the reference GEMM gives the same.
+      const sync = mha.forward(x).output.data;
+      expect(got.output.data).toEqual(sync);
+    } finally {
+      wasmGemmKernel.rows = rows;
+    }
+  });
+
+  it('a worker failing in one phase cancels the job: the call rejects and the others stop', async () => {
+    const { platform, jobs } = inlinePlatform(2);
+    const runtime = qkv.createRuntime({ platform });
+    const mha = new MultiHeadAttention({ embedDim: 64, numHeads: 4, seed: 1 });
+    const x = Tensor.randn([1, 300, 64], { seed: 2 });
+    const rows = wasmGemmKernel.rows;
+    wasmGemmKernel.rows = () => {
+      throw new Error('boom');
+    };
+    try {
+      await expect(mha.forwardAsync(x, x, x, { runtime, threads: 2 })).rejects.toThrow(
+        /MultiHeadAttention\.forwardAsync: boom/,
+      );
+      const header = new Int32Array((jobs[0] as { buffer: SharedArrayBuffer }).buffer, 0, 4);
+      expect(header[1]).toBe(1); // cancelled
+      expect(header[3]).toBe(0); // no task finished
+    } finally {
+      wasmGemmKernel.rows = rows;
+    }
   });
 
   it('a small call runs inline and still gives forward’s result', async () => {

@@ -4,6 +4,7 @@
 // boolean attn_mask (True = blocked); a key padding mask is a mask of shape [B, 1, 1, S].
 
 import { KVCache } from '../cache/kv-cache.js';
+import type { GemmProblem } from '../kernels/gemm-types.js';
 import { linearProblem } from '../kernels/matmul.js';
 import { attentionSublayer } from '../model/block.js';
 import { splitHeads, splitHeadsCached, tensorOps } from '../model/ops-tensor.js';
@@ -13,7 +14,7 @@ import { type GemmPart, layerOpsOf, type Runtime } from '../runtime.js';
 import { checkAllocation, checkBoolean, checkInteger, formatShape, formatValue, sizeOf } from '../shape.js';
 import { Tensor, type TensorLike, toTensor } from '../tensor.js';
 import { defaultRuntime } from './async.js';
-import { type AttentionOptions, checkBroadcast, checkOptionNames } from './plan.js';
+import { type AttentionOptions, checkBroadcast, checkOptionNames, planAttention } from './plan.js';
 
 /** Constructor options of MultiHeadAttention. */
 export interface MultiHeadAttentionOptions extends RandomOptions {
@@ -90,10 +91,15 @@ const FORWARD_OPTIONS = [
 
 /** y = x·Wᵀ + b as one GEMM job part: exactly the product kernels/matmul.ts `linear` hands the GEMM. */
 function linearPart(x: Tensor, weight: Tensor, bias: Tensor | undefined): GemmPart {
+  const problem = linearOf(x, weight, bias);
+  return { problem, c: new Float32Array(problem.M * problem.N) };
+}
+
+/** linearPart's product alone (the one-job path writes its C in the workers). */
+function linearOf(x: Tensor, weight: Tensor, bias: Tensor | undefined): GemmProblem {
   const [M, K] = weight.shape;
   const N = K === 0 ? 0 : x.size / K;
-  const problem = linearProblem(x.data, N, K, weight.data, M, bias?.data);
-  return { problem, c: new Float32Array(N * M) };
+  return linearProblem(x.data, N, K, weight.data, M, bias?.data);
 }
 
 /**
@@ -323,6 +329,34 @@ export class MultiHeadAttention {
     const widths = [p.qProjWeight.shape[0], p.kProjWeight.shape[0], p.vProjWeight.shape[0]];
     // The in-projections as the block's `attend` computes them (tensorOps.linear: kernels/matmul.ts).
     const [bq, bk, bv] = p.inProjBias ? tensorOps.splitLast(p.inProjBias, widths) : [];
+    if (!c.cache && [c.q, c.k, c.v].every((t) => t.data instanceof Float32Array)) {
+      // One job: the projections, the heads and the out-projection never come back here in between.
+      const E = this.headDim;
+      const stand = (heads: number, rows: number) =>
+        new Tensor(new Float32Array(B * heads * rows * E), [B, heads, rows, E]);
+      const plan = planAttention(FORWARD_ASYNC, stand(H, L), stand(Hkv, S), stand(Hkv, S), c.attention);
+      const out = new Float32Array(B * L * this.embedDim);
+      const weights = c.needWeights ? new Float32Array(sizeOf(plan.weightsShape)) : undefined;
+      const ran = await ops.multiHead(
+        FORWARD_ASYNC,
+        {
+          projections: [
+            { problem: linearOf(c.q, p.qProjWeight, bq), heads: H, width: E },
+            { problem: linearOf(c.k, p.kProjWeight, bk), heads: Hkv, width: E },
+            { problem: linearOf(c.v, p.vProjWeight, bv), heads: Hkv, width: E },
+          ],
+          plan,
+          outWeight: p.outProjWeight.data,
+          outBias: p.outProjBias?.data,
+          out,
+          weights,
+        },
+        threads,
+      );
+      if (ran) {
+        return c.result(new Tensor(out, [B, L, this.embedDim]), weights && new Tensor(weights, [B, H, L, S]));
+      }
+    }
     const projections = [
       linearPart(c.q, p.qProjWeight, bq),
       linearPart(c.k, p.kProjWeight, bk),

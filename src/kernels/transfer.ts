@@ -36,8 +36,11 @@ export type Packed<T> = T extends TypedArray
       ? { [K in keyof T]: Packed<T[K]> }
       : T;
 
-/** What a placed array starts as: the source's contents ('copy', inputs) or zeros ('zero', outputs). */
-export type Fill = 'copy' | 'zero';
+/**
+ * What a placed array starts as: the source's contents ('copy', inputs), zeros ('zero', outputs), or
+ * whatever the reused buffer held ('none': scratch that the workers write in full before reading).
+ */
+export type Fill = 'copy' | 'zero' | 'none';
 
 function kindOf(x: unknown): ArrayKind | undefined {
   if (!ArrayBuffer.isView(x)) return undefined;
@@ -80,6 +83,15 @@ export class BufferLayout {
     return this.add(kind, length, 'zero');
   }
 
+  /**
+   * Space for `length` elements of `kind` left as the buffer holds it: for an intermediate every element
+   * of which the job writes before it reads it (a phased job's projections), where zeroing would be a
+   * pass over memory for nothing.
+   */
+  scratch(kind: ArrayKind, length: number): Placed {
+    return this.add(kind, length, 'none');
+  }
+
   /** Fills `buffer`'s planned places: copies of the sources, or zeros. */
   write(buffer: SharedArrayBuffer | ArrayBuffer): void {
     for (const { place, source, fill } of this.entries) {
@@ -87,7 +99,7 @@ export class BufferLayout {
       // A view of resident WASM memory (a KV cache's storage) may have been detached by the memory's
       // growth since it was placed (write runs after an await): copy from a fresh view of it.
       if (fill === 'copy' && source) view.set(source instanceof Float32Array ? liveView(source) : source);
-      else view.fill(0);
+      else if (fill === 'zero') view.fill(0);
     }
   }
 

@@ -34,6 +34,40 @@ export interface JobArgs {
    * GEMM kernel; a product's C is written only by the tasks of its rows.
    */
   gemm: { parts: { problem: GemmProblem; c: Float32Array; rowsPerTask: number }[] };
+  /**
+   * A whole MultiHeadAttention forward as one job of three phases, the tasks of each phase numbered after
+   * the previous one's: `proj` (row blocks of each in-projection; a block's rows are scattered into its
+   * heads' layout [B, heads, rows, width] of `dst`), the attention (row blocks of (batch, head) pairs over
+   * `problem`, whose q, k, v are the `dst`s), and `outProj` (row blocks of out·Woᵀ + bo, each gathering
+   * its rows of the heads' output into its worker's `scratch` row first). A task of a phase starts once
+   * every task of the phases before it is done (HEADER.done); each product is the one `forward` makes,
+   * so the result is the same bits. `scratch` is one row of `scratchFloats` per worker (its ticket).
+   */
+  'mha.forward': {
+    gemmKernel: string;
+    gemmFallback?: string;
+    proj: {
+      problem: GemmProblem;
+      rowsPerTask: number;
+      /** [B, heads, rows, width]: rows = this product's M / B. */
+      dst: Float32Array;
+      heads: number;
+      width: number;
+    }[];
+    problem: AttentionProblem;
+    outputs: AttentionOutputs;
+    rowsPerTask: number;
+    outProj: {
+      weight: Float32Array;
+      bias?: Float32Array;
+      /** [B·L, D] */
+      c: Float32Array;
+      D: number;
+      rowsPerTask: number;
+    };
+    scratch: Float32Array;
+    scratchFloats: number;
+  };
 }
 
 export type Op = keyof JobArgs;
@@ -46,6 +80,8 @@ export const HEADER = {
   cancelled: 1,
   /** Each worker of a job takes a ticket 0, 1, … (its row of per-worker scratch space). */
   ticket: 2,
+  /** Tasks finished (phased jobs: a task of a later phase waits until the earlier phases' are all done). */
+  done: 3,
 } as const;
 
 /** Bytes reserved for HEADER at the start of a job's buffer. */
