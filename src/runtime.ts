@@ -359,12 +359,8 @@ async function multiHeadOnThreads(
 ): Promise<boolean> {
   const p = call.plan.problem;
   let flops = 4 * p.B * p.Hq * p.L * p.S * Math.max(p.E, p.Ev);
-  let maxRows = 0;
-  for (const { problem: g } of call.projections) {
-    flops += 2 * g.M * g.N * g.K;
-    maxRows = Math.max(maxRows, g.M);
-  }
-  const threads = threadsFor(runner, fn, requested, flops, Math.ceil(maxRows / 32));
+  for (const { problem: g } of call.projections) flops += 2 * g.M * g.N * g.K;
+  const threads = threadsFor(runner, fn, requested, flops, p.Hq + 2 * p.Hkv);
   if (threads < 1) return false;
   const outputs: AttentionOutputs = { out: call.out, weights: call.weights }; // as the kernel will see them
   const kernel = chooseKernel(fn, call.plan.kernel, p, outputs);
@@ -372,29 +368,23 @@ async function multiHeadOnThreads(
   const gemmKernel = chooseGemmKernel(fn, 'auto', call.projections[0].problem);
   const gemmFallback = gemmFallbackFor('auto', gemmKernel, call.projections[0].problem);
   const layout = new BufferLayout(HEADER_BYTES);
-  // Row blocks as the GEMM and attention jobs cut them: two (GEMM) or four (attention) per thread.
-  const gemmRows = (rows: number) => Math.max(32, Math.ceil(rows / (2 * threads) / 32) * 32);
-  let tasks = 0;
-  let scratchFloats = 0;
   const dsts = [p.q, p.k, p.v].map((x) => layout.scratch('Float32Array', x.length));
-  const proj = call.projections.map(({ problem, heads, width }, i) => {
-    const rowsPerTask = gemmRows(problem.M);
-    tasks += Math.ceil(problem.M / rowsPerTask);
-    scratchFloats = Math.max(scratchFloats, Math.min(rowsPerTask, problem.M) * problem.N);
-    return {
-      problem: layout.place(problem, 'copy', `projections[${i}].problem`),
-      rowsPerTask,
-      dst: dsts[i],
-      heads,
-      width,
-    };
-  });
-  const attentionRows = Math.min(p.L, Math.max(32, Math.ceil((p.B * p.Hq * p.L) / (threads * 4) / 32) * 32));
-  tasks += p.B * p.Hq * Math.ceil(p.L / attentionRows);
+  const proj = call.projections.map(({ problem, heads, width }, i) => ({
+    problem: layout.place(problem, 'copy', `projections[${i}].problem`),
+    dst: dsts[i],
+    heads,
+    width,
+  }));
+  // One attention task per (batch, head) pair, all its rows: the WASM kernel's rows past the last
+  // 4-row tile come out different in the last bit when a call covers only them (L = 130 split at 128
+  // does), and forward runs each pair whole. Out-projection blocks as the GEMM job cuts them (two per
+  // thread).
+  const attentionRows = p.L;
+  const outRows = Math.max(32, Math.ceil((p.B * p.L) / (2 * threads) / 32) * 32);
+  const tasks =
+    p.Hq + 2 * p.Hkv + p.B * p.Hq * Math.ceil(p.L / attentionRows) + Math.ceil((p.B * p.L) / outRows);
+  const scratchFloats = Math.min(outRows, p.B * p.L) * p.Hq * p.Ev;
   const D = call.outWeight.length / (p.Hq * p.Ev);
-  const outRows = gemmRows(p.B * p.L);
-  tasks += Math.ceil((p.B * p.L) / outRows);
-  scratchFloats = Math.max(scratchFloats, Math.min(outRows, p.B * p.L) * p.Hq * p.Ev);
   const { q: _q, k: _k, v: _v, ...rest } = problemFor(kernel, p);
   const problem = { ...layout.place(rest, 'copy', 'plan.problem'), q: dsts[0], k: dsts[1], v: dsts[2] };
   const packedOutputs = {
@@ -419,6 +409,7 @@ async function multiHeadOnThreads(
     },
     scratch: layout.scratch('Float32Array', runner.getPool().workersFor(workers) * scratchFloats),
     scratchFloats,
+    finished: layout.reserve('Int32Array', tasks),
   };
   const job = { op: 'mha.forward', kernel: kernel.name, fallback: fallback?.name, tasks, args } as const;
   try {

@@ -129,6 +129,33 @@ describe('MultiHeadAttention.forwardAsync', () => {
     expect(new Set(jobs.map((j) => j.op))).toEqual(new Set(['gemm', 'attention.forward']));
   });
 
+  it('orders the one-job tasks so that every task comes after the tasks it reads', () => {
+    // GQA (6 query heads over 2 key/value heads), 2 batches, out-projection blocks across a batch edge.
+    const tasks = core.multiHeadTasks({
+      proj: [{ problem: { M: 260 } }, { problem: { M: 260 } }, { problem: { M: 260 } }],
+      problem: { B: 2, Hq: 6, Hkv: 2, L: 130 },
+      rowsPerTask: 130,
+      outProj: { rowsPerTask: 96 },
+    }) as { kind: string; index: number; deps: number[] }[];
+    expect(
+      tasks
+        .map((t) => t.kind)
+        .join('')
+        .replace(/(\w+?)\1+/g, '$1'),
+    ).toBe('projattentionout');
+    expect(tasks.filter((t) => t.kind === 'proj')).toHaveLength(6 + 2 + 2);
+    tasks.forEach((t, i) => {
+      for (const d of t.deps) expect(d).toBeLessThan(i);
+    });
+    // The k and v of key/value head 1 come before its query heads 3, 4, 5.
+    const at = (index: number) => tasks.findIndex((t) => t.kind === 'proj' && t.index === index);
+    expect(at(6 + 1)).toBeLessThan(at(3));
+    expect(at(12 + 1)).toBeLessThan(at(3));
+    // Out-projection rows [96, 192) span both batches: every head of both.
+    const out = tasks.filter((t) => t.kind === 'out');
+    expect(out.map((t) => t.deps.length)).toEqual([6, 12, 6]);
+  });
+
   it('sees weights changed between two calls: setters, in-place writes, loadStateDict', async () => {
     const mha = new MultiHeadAttention({ embedDim: 64, numHeads: 4, seed: 1 });
     const x = Tensor.randn([2, 200, 64], { seed: 2 });
@@ -188,9 +215,13 @@ describe('MultiHeadAttention.forwardAsync', () => {
       await expect(mha.forwardAsync(x, x, x, { runtime, threads: 2 })).rejects.toThrow(
         /MultiHeadAttention\.forwardAsync: boom/,
       );
-      const header = new Int32Array((jobs[0] as { buffer: SharedArrayBuffer }).buffer, 0, 4);
-      expect(header[1]).toBe(1); // cancelled
-      expect(header[3]).toBe(0); // no task finished
+      const job = jobs[0] as {
+        buffer: SharedArrayBuffer;
+        args: { finished: { offset: number; length: number } };
+      };
+      expect(new Int32Array(job.buffer, 0, 3)[1]).toBe(1); // cancelled
+      const { offset, length } = job.args.finished;
+      expect(new Int32Array(job.buffer, offset, length).every((f) => f === 0)).toBe(true); // none finished
     } finally {
       wasmGemmKernel.rows = rows;
     }

@@ -35,20 +35,20 @@ export interface JobArgs {
    */
   gemm: { parts: { problem: GemmProblem; c: Float32Array; rowsPerTask: number }[] };
   /**
-   * A whole MultiHeadAttention forward as one job of three phases, the tasks of each phase numbered after
-   * the previous one's: `proj` (row blocks of each in-projection; a block's rows are scattered into its
-   * heads' layout [B, heads, rows, width] of `dst`), the attention (row blocks of (batch, head) pairs over
-   * `problem`, whose q, k, v are the `dst`s), and `outProj` (row blocks of out·Woᵀ + bo, each gathering
-   * its rows of the heads' output into its worker's `scratch` row first). A task of a phase starts once
-   * every task of the phases before it is done (HEADER.done); each product is the one `forward` makes,
-   * so the result is the same bits. `scratch` is one row of `scratchFloats` per worker (its ticket).
+   * A whole MultiHeadAttention forward as one job: one task per head of each in-projection (its columns
+   * of x·Wᵀ + b, written straight into the heads' layout [B, heads, rows, width] of `dst`), then the
+   * attention's (pair, row block) tasks over `problem`, whose q, k, v are the `dst`s, then row blocks of
+   * out·Woᵀ + bo (each gathering its rows of the heads' output into its worker's `scratch` row first).
+   * A task waits only for the tasks it reads (`finished`: one flag per task, in multiHeadTasks' order), so
+   * a head's attention starts once its own projections are done. Each product is the one `forward`
+   * makes, so the result is the same bits. `scratch` is one row of `scratchFloats` per worker (its ticket).
    */
   'mha.forward': {
     gemmKernel: string;
     gemmFallback?: string;
+    /** q, k, v */
     proj: {
       problem: GemmProblem;
-      rowsPerTask: number;
       /** [B, heads, rows, width]: rows = this product's M / B. */
       dst: Float32Array;
       heads: number;
@@ -67,6 +67,8 @@ export interface JobArgs {
     };
     scratch: Float32Array;
     scratchFloats: number;
+    /** One flag per task, zeroed: 1 once the task is done. */
+    finished: Int32Array;
   };
 }
 
@@ -80,8 +82,6 @@ export const HEADER = {
   cancelled: 1,
   /** Each worker of a job takes a ticket 0, 1, … (its row of per-worker scratch space). */
   ticket: 2,
-  /** Tasks finished (phased jobs: a task of a later phase waits until the earlier phases' are all done). */
-  done: 3,
 } as const;
 
 /** Bytes reserved for HEADER at the start of a job's buffer. */

@@ -84,14 +84,13 @@ export class ThreadRunner {
     collect: (buffer: SharedArrayBuffer) => void,
   ): Promise<void> {
     const buffer = await this.buffers.take(layout.byteLength);
-    const header = new Int32Array(buffer, 0, 4);
+    const header = new Int32Array(buffer, 0, 3);
     header.fill(0);
     layout.write(buffer);
     try {
       await this.getPool().run({ ...job, buffer } as Job, workers);
     } catch (err) {
       Atomics.store(header, HEADER.cancelled, 1);
-      Atomics.notify(header, HEADER.done); // a worker waiting for a phase to finish gives up
       this.buffers.release(undefined); // not reused: workers may still write to it
       throw err;
     }

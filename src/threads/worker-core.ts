@@ -97,8 +97,65 @@ function gemmRows(
 }
 
 /**
- * The phased MultiHeadAttention forward (see JobArgs['mha.forward']). `next` claims tasks in order, so
- * every task before a claimed one is claimed by a running worker: waiting for them cannot deadlock.
+ * The tasks of a multi-head job in claiming order and what each waits for (see JobArgs['mha.forward']):
+ * per key/value head j its k and v projections, then the projections of the query heads that share it;
+ * each (batch, head) pair's attention row blocks, heads in order; the out-projection's row blocks.
+ */
+export function multiHeadTasks(args: {
+  proj: readonly { problem: { M: number }; heads: number }[];
+  problem: { B: number; Hq: number; Hkv: number; L: number };
+  rowsPerTask: number;
+  outProj: { rowsPerTask: number };
+}): { kind: 'proj' | 'attention' | 'out'; index: number; deps: number[] }[] {
+  const { B, Hq, Hkv, L } = args.problem;
+  const group = Hq / Hkv;
+  const tasks: { kind: 'proj' | 'attention' | 'out'; index: number; deps: number[] }[] = [];
+  // Projection tasks: index = part · Hq + head (part 0 q, 1 k, 2 v).
+  const projTask = new Map<number, number>();
+  const addProj = (part: number, head: number) => {
+    projTask.set(part * Hq + head, tasks.length);
+    tasks.push({ kind: 'proj', index: part * Hq + head, deps: [] });
+  };
+  for (let j = 0; j < Hkv; j++) {
+    addProj(1, j);
+    addProj(2, j);
+    for (let h = j * group; h < (j + 1) * group; h++) addProj(0, h);
+  }
+  const blocks = Math.ceil(L / args.rowsPerTask);
+  const firstAttention = tasks.length;
+  for (let bh = 0; bh < B * Hq; bh++) {
+    const h = bh % Hq;
+    const j = Math.floor(h / group);
+    const deps = [projTask.get(h)!, projTask.get(Hq + j)!, projTask.get(2 * Hq + j)!];
+    for (let block = 0; block < blocks; block++)
+      tasks.push({ kind: 'attention', index: bh * blocks + block, deps });
+  }
+  const rows = args.outProj.rowsPerTask;
+  for (let m0 = 0, index = 0; m0 < B * L; m0 += rows, index++) {
+    const deps: number[] = [];
+    const last = Math.min(B * L, m0 + rows) - 1;
+    for (let b = Math.floor(m0 / L); b <= Math.floor(last / L); b++) {
+      const l0 = b === Math.floor(m0 / L) ? m0 % L : 0;
+      const l1 = b === Math.floor(last / L) ? last % L : L - 1;
+      for (let h = 0; h < Hq; h++) {
+        for (
+          let block = Math.floor(l0 / args.rowsPerTask);
+          block <= Math.floor(l1 / args.rowsPerTask);
+          block++
+        ) {
+          deps.push(firstAttention + (b * Hq + h) * blocks + block);
+        }
+      }
+    }
+    tasks.push({ kind: 'out', index, deps });
+  }
+  return tasks;
+}
+
+/**
+ * The multi-head forward as one job (see JobArgs['mha.forward']). A task waits for the tasks it reads
+ * (`finished`, one flag per task); tasks are claimed in order and every task's dependencies come before
+ * it, so each task waited for is held by a running worker: this cannot deadlock.
  */
 function mhaForward(
   job: Job<'mha.forward'>,
@@ -106,74 +163,67 @@ function mhaForward(
   next: () => number,
   ticket: number,
 ): void {
-  const header = new Int32Array(job.buffer, 0, 4);
-  const { proj, problem, outputs, outProj } = args;
+  const header = new Int32Array(job.buffer, 0, 3);
+  const { proj, problem, outputs, outProj, finished } = args;
   const scratch = args.scratch.subarray(ticket * args.scratchFloats, (ticket + 1) * args.scratchFloats);
-  // Task numbering: each projection's row blocks, then the attention's, then the out-projection's.
-  const projFirst: number[] = [];
-  let projTasks = 0;
-  for (const part of proj) {
-    projFirst.push(projTasks);
-    projTasks += Math.ceil(part.problem.M / part.rowsPerTask);
-  }
-  const blocksPerHead = Math.ceil(problem.L / args.rowsPerTask);
-  const attentionEnd = projTasks + problem.B * problem.Hq * blocksPerHead;
+  const tasks = multiHeadTasks(args);
+  const { B, Hq, L, Ev } = problem;
+  const blocks = Math.ceil(L / args.rowsPerTask);
   const gemmKernels = new Set<GemmKernel>();
-  const gemmKernel = (p: GemmProblem) => {
+  const product = (p: GemmProblem, c: Float32Array) => {
     const kernel = chooseGemmKernel('gemm', args.gemmKernel as GemmKernelName, p);
     gemmKernels.add(kernel);
-    return kernel;
+    gemmRows(kernel, args.gemmFallback, p, c, 0, p.M);
   };
-  /** Waits until `count` tasks are done; false if the job was cancelled meanwhile. */
-  const doneUpTo = (count: number): boolean => {
-    for (;;) {
+  /** Waits until task `t` is finished; false if the job was cancelled meanwhile. */
+  const waitFor = (t: number): boolean => {
+    while (Atomics.load(finished, t) === 0) {
       if (Atomics.load(header, HEADER.cancelled) !== 0) return false;
-      const done = Atomics.load(header, HEADER.done);
-      if (done >= count) return true;
-      Atomics.wait(header, HEADER.done, done, 50); // the timeout rechecks `cancelled`
+      Atomics.wait(finished, t, 0, 50); // the timeout rechecks `cancelled`
     }
+    return true;
   };
   let runner: ReturnType<typeof rowRunner> | undefined;
   try {
-    for (let task = next(); task !== -1; task = next()) {
-      if (task < projTasks) {
-        // Rows [m0, m1) of one in-projection into this worker's scratch (the same rows `forward`'s GEMM
-        // computes), then scattered to [B, heads, rows, width].
-        let i = proj.length - 1;
-        while (projFirst[i] > task) i--;
-        const { problem: p, rowsPerTask, dst, heads, width } = proj[i];
-        const m0 = (task - projFirst[i]) * rowsPerTask;
-        const m1 = Math.min(p.M, m0 + rowsPerTask);
-        const n = m1 - m0;
-        const N = p.N;
-        const sub = { ...p, M: n, a: p.a.subarray(m0 * p.K, m1 * p.K) };
-        const c = scratch.subarray(0, n * N);
-        gemmRows(gemmKernel(sub), args.gemmFallback, sub, c, 0, n);
-        scatterRows(c, n, m0, N, dst, heads, width, p.M, problem.B);
-      } else if (task < attentionEnd) {
-        if (!doneUpTo(projTasks)) break;
-        // Created after the projections are done: a kernel may read K and V when it is made.
+    for (let t = next(); t !== -1; t = next()) {
+      const task = tasks[t];
+      if (!task.deps.every(waitFor)) break;
+      if (task.kind === 'proj') {
+        // One head of one in-projection, for every batch: its columns of x·Wᵀ + b (the weight's rows of
+        // that head, as `linear` computes a block of rows of W) land as [rows, width], the head's place
+        // in [B, heads, rows, width].
+        const part = proj[Math.floor(task.index / Hq)];
+        const h = task.index % Hq;
+        const { problem: p, heads, width } = part;
+        const R = p.M / B;
+        for (let b = 0; b < B; b++) {
+          const sub: GemmProblem = {
+            ...p,
+            M: R,
+            N: width,
+            a: p.a.subarray(b * R * p.K, (b + 1) * R * p.K),
+            b: p.b.subarray(h * width * p.K, (h + 1) * width * p.K),
+            bias: p.bias?.subarray(h * width, (h + 1) * width),
+          };
+          const at = (b * heads + h) * R * width;
+          product(sub, part.dst.subarray(at, at + R * width));
+        }
+      } else if (task.kind === 'attention') {
+        // Made at the first attention task, once its projections are done: a kernel may read K and V then.
         runner ??= rowRunner(
           kernelNamed(job.kernel),
           problem,
           outputs,
           job.fallback === undefined ? undefined : kernelNamed(job.fallback),
         );
-        const t = task - projTasks;
-        const bh = Math.floor(t / blocksPerHead);
-        const i0 = (t % blocksPerHead) * args.rowsPerTask;
-        runner.run(bh, i0, Math.min(problem.L, i0 + args.rowsPerTask));
+        const bh = Math.floor(task.index / blocks);
+        const i0 = (task.index % blocks) * args.rowsPerTask;
+        runner.run(bh, i0, Math.min(L, i0 + args.rowsPerTask));
       } else {
-        if (!doneUpTo(attentionEnd)) break;
-        if (runner) {
-          runner.release();
-          runner = undefined;
-        }
         // Rows [m0, m1) of the heads' output merged to [rows, H·Ev] (as `forward` merges them), then
         // projected into the same rows of C.
-        const { B, Hq: H, L, Ev } = problem;
-        const width = H * Ev;
-        const m0 = (task - attentionEnd) * outProj.rowsPerTask;
+        const width = Hq * Ev;
+        const m0 = task.index * outProj.rowsPerTask;
         const m1 = Math.min(B * L, m0 + outProj.rowsPerTask);
         const n = m1 - m0;
         const a = scratch.subarray(0, n * width);
@@ -181,28 +231,22 @@ function mhaForward(
         for (let r = 0; r < n; r++) {
           const b = Math.floor((m0 + r) / L);
           const l = (m0 + r) % L;
-          for (let h = 0; h < H; h++) {
-            const from = ((b * H + h) * L + l) * Ev;
+          for (let h = 0; h < Hq; h++) {
+            const from = ((b * Hq + h) * L + l) * Ev;
             a.set(out.subarray(from, from + Ev), r * width + h * Ev);
           }
         }
-        const p = linearProblem(a, n, width, outProj.weight, outProj.D, outProj.bias);
-        gemmRows(
-          gemmKernel(p),
-          args.gemmFallback,
-          p,
+        product(
+          linearProblem(a, n, width, outProj.weight, outProj.D, outProj.bias),
           outProj.c.subarray(m0 * outProj.D, m1 * outProj.D),
-          0,
-          n,
         );
       }
-      Atomics.add(header, HEADER.done, 1);
-      Atomics.notify(header, HEADER.done);
+      Atomics.store(finished, t, 1);
+      Atomics.notify(finished, t);
     }
   } catch (err) {
-    // The others may be waiting for this task: cancel at once rather than when the caller hears of it.
+    // Others may be waiting for this task: cancel at once rather than when the caller hears of it.
     Atomics.store(header, HEADER.cancelled, 1);
-    Atomics.notify(header, HEADER.done);
     throw err;
   } finally {
     runner?.release();
@@ -210,38 +254,11 @@ function mhaForward(
   }
 }
 
-/**
- * Rows [m0, m0 + n) of a product C [B·R, heads·width] (its first n rows in `c`) into dst [B, heads, R,
- * width]: the heads split as splitHeads splits them.
- */
-function scatterRows(
-  c: Float32Array,
-  n: number,
-  m0: number,
-  N: number,
-  dst: Float32Array,
-  heads: number,
-  width: number,
-  M: number,
-  B: number,
-): void {
-  const R = M / B;
-  for (let r = 0; r < n; r++) {
-    const b = Math.floor((m0 + r) / R);
-    const l = (m0 + r) % R;
-    for (let h = 0; h < heads; h++) {
-      const to = ((b * heads + h) * R + l) * width;
-      const from = r * N + h * width;
-      for (let e = 0; e < width; e++) dst[to + e] = c[from + e];
-    }
-  }
-}
-
 /** Handles one message; `reply` posts back to the pool. */
 export function handleMessage(message: ToWorker, reply: (m: FromWorker) => void): void {
   const { id, job } = message;
   try {
-    const header = new Int32Array(job.buffer, 0, 4);
+    const header = new Int32Array(job.buffer, 0, 3);
     const next = (): number => {
       if (Atomics.load(header, HEADER.cancelled) !== 0) return -1; // another worker failed: the call is over
       const task = Atomics.add(header, HEADER.next, 1);

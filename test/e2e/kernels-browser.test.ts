@@ -239,6 +239,27 @@ describe('the library in Chromium', () => {
     expect(warnings).toEqual([]);
   });
 
+  it('with COOP/COEP, MultiHeadAttention.forwardAsync runs its one job on Web Workers: forward, bit for bit', async () => {
+    const { page, warnings } = await open(await serve(true));
+    const result = await page.evaluate(async () => {
+      const { Tensor, MultiHeadAttention } = await load('/dist/index.js');
+      // GQA and causal: the job's tasks wait on one another (Atomics.wait in the workers).
+      const mha = new MultiHeadAttention({ embedDim: 96, numHeads: 6, numKvHeads: 2, seed: 3 });
+      const x = Tensor.randn([2, 200, 96], { seed: 5 });
+      const got = await mha.forwardAsync(x, x, x, { causal: true, threads: 2 });
+      const want = mha.forward(x, x, x, { causal: true });
+      let differ = 0;
+      for (let i = 0; i < want.output.data.length; i++) {
+        if (!Object.is(got.output.data[i], want.output.data[i])) differ++;
+      }
+      return { isolated: crossOriginIsolated, differ, length: got.output.data.length };
+    });
+    expect(result.isolated).toBe(true);
+    expect(result.length).toBe(2 * 200 * 96);
+    expect(result.differ).toBe(0);
+    expect(warnings).toEqual([]);
+  });
+
   it("runs training's WASM element-wise ops (cross-entropy, GELU, LayerNorm), float32 within a rounding of float64", async () => {
     const { page } = await open(await serve(false));
     const result = await page.evaluate(async () => {
