@@ -297,3 +297,92 @@ export function gemmBlock(
   }
   if (gelu != 0) geluBlock(c, rows, cols, ldcB); // pass 4, over the block while it is still in L2
 }
+
+/**
+ * One row of C against four B panels (32 columns): the 4×8 tile's arithmetic for a single row, each
+ * element's sum in the same order (C or 0, + bias, then k = 0 … kc − 1), so a row computed here equals the
+ * same row computed in a 4-row tile bit for bit. `ap` is the row's lane of a packed A panel (16-byte
+ * steps); `panel` is the bytes between two B panels.
+ */
+@inline
+function rowTile4(
+  ap: usize, bp: usize, panel: usize, cp: usize, kc: i32, load: i32, bias: usize,
+): void {
+  let c0 = f32x4.splat(0), c1 = f32x4.splat(0), c2 = f32x4.splat(0), c3 = f32x4.splat(0);
+  let c4 = f32x4.splat(0), c5 = f32x4.splat(0), c6 = f32x4.splat(0), c7 = f32x4.splat(0);
+  if (load != 0) {
+    c0 = v128.load(cp); c1 = v128.load(cp, 16); c2 = v128.load(cp, 32); c3 = v128.load(cp, 48);
+    c4 = v128.load(cp, 64); c5 = v128.load(cp, 80); c6 = v128.load(cp, 96); c7 = v128.load(cp, 112);
+  }
+  if (bias != 0) {
+    c0 = f32x4.add(c0, v128.load(bias)); c1 = f32x4.add(c1, v128.load(bias, 16));
+    c2 = f32x4.add(c2, v128.load(bias, 32)); c3 = f32x4.add(c3, v128.load(bias, 48));
+    c4 = f32x4.add(c4, v128.load(bias, 64)); c5 = f32x4.add(c5, v128.load(bias, 80));
+    c6 = f32x4.add(c6, v128.load(bias, 96)); c7 = f32x4.add(c7, v128.load(bias, 112));
+  }
+  if (kc > 0) {
+    const end = ap + (<usize>kc << 4);
+    let b0 = bp, b1 = bp + panel, b2 = bp + 2 * panel, b3 = bp + 3 * panel;
+    do {
+      const a = v128.load32_splat(ap);
+      c0 = madd(a, v128.load(b0), c0); c1 = madd(a, v128.load(b0, 16), c1);
+      c2 = madd(a, v128.load(b1), c2); c3 = madd(a, v128.load(b1, 16), c3);
+      c4 = madd(a, v128.load(b2), c4); c5 = madd(a, v128.load(b2, 16), c5);
+      c6 = madd(a, v128.load(b3), c6); c7 = madd(a, v128.load(b3, 16), c7);
+      ap += 16;
+      b0 += 32; b1 += 32; b2 += 32; b3 += 32;
+    } while (ap < end);
+  }
+  v128.store(cp, c0); v128.store(cp, c1, 16); v128.store(cp, c2, 32); v128.store(cp, c3, 48);
+  v128.store(cp, c4, 64); v128.store(cp, c5, 80); v128.store(cp, c6, 96); v128.store(cp, c7, 112);
+}
+
+/** One row of C against one B panel (8 columns); the same arithmetic as rowTile4. */
+@inline
+function rowTile1(ap: usize, bp: usize, cp: usize, kc: i32, load: i32, bias: usize): void {
+  let c0 = f32x4.splat(0), c1 = f32x4.splat(0);
+  if (load != 0) {
+    c0 = v128.load(cp); c1 = v128.load(cp, 16);
+  }
+  if (bias != 0) {
+    c0 = f32x4.add(c0, v128.load(bias)); c1 = f32x4.add(c1, v128.load(bias, 16));
+  }
+  if (kc > 0) {
+    const end = ap + (<usize>kc << 4);
+    do {
+      const a = v128.load32_splat(ap);
+      c0 = madd(a, v128.load(bp), c0); c1 = madd(a, v128.load(bp, 16), c1);
+      ap += 16;
+      bp += 32;
+    } while (ap < end);
+  }
+  v128.store(cp, c0); v128.store(cp, c1, 16);
+}
+
+/**
+ * gemmBlock for a block of 1–3 rows (a decode step's single token): the 4×8 tile would spend three
+ * quarters of its multiply-adds on the packed A panel's zero rows. Each row runs on its own through
+ * rowTile4 / rowTile1 (one A lane against 32 or 8 columns), with gemmBlock's arguments and results,
+ * bit for bit.
+ */
+export function gemmBlockRows(
+  a: usize, b: usize, c: usize, ldc: i32, rows: i32, cols: i32, kc: i32,
+  load: i32, bias: usize, gelu: i32,
+): void {
+  const ldcB = <usize>ldc << 2;
+  const bPanel = <usize>kc << 5;
+  for (let r = 0; r < rows; r++) {
+    const ap = a + (<usize>r << 2); // lane r of the (single) packed A panel
+    const cr = c + <usize>r * ldcB;
+    let j = 0;
+    for (; j + 4 * NR <= cols; j += 4 * NR) {
+      const bj = bias != 0 ? bias + (<usize>j << 2) : 0;
+      rowTile4(ap, b + <usize>(j / NR) * bPanel, bPanel, cr + (<usize>j << 2), kc, load, bj);
+    }
+    for (; j < cols; j += NR) {
+      const bj = bias != 0 ? bias + (<usize>j << 2) : 0;
+      rowTile1(ap, b + <usize>(j / NR) * bPanel, cr + (<usize>j << 2), kc, load, bj);
+    }
+  }
+  if (gelu != 0) geluBlock(c, rows, cols, ldcB);
+}

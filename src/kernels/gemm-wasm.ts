@@ -5,8 +5,16 @@
 // row of C is written, so a refusal (KernelResourceError) leaves C untouched for the fallback kernel.
 
 import { batchOffsets, type GemmKernel, type GemmProblem } from './gemm-types.js';
-import type { Floats } from './types.js';
-import { releaseWasm, type WasmRuntime, wasmSupport, withWasm } from './wasm-runtime.js';
+import { type Floats, KernelResourceError } from './types.js';
+import {
+  allocateResident,
+  freeResident,
+  releaseWasm,
+  type WasmAllocation,
+  type WasmRuntime,
+  wasmSupport,
+  withWasm,
+} from './wasm-runtime.js';
 
 /** The GEMM half of the module's exports (assembly/gemm.ts). */
 interface GemmExports {
@@ -33,6 +41,8 @@ interface GemmExports {
     bias: number,
     gelu: number,
   ): void;
+  /** gemmBlock for 1–3 rows, bit for bit the same rows. */
+  gemmBlockRows: GemmExports['gemmBlock'];
 }
 
 // Block sizes (BLIS's KC, MC, NC), in floats. KC: a packed B panel (KC·8 floats = 16 KB) stays in L1
@@ -49,6 +59,53 @@ const C_BUDGET = 1 << 20;
 const STAGE_FLOATS = 256 << 10;
 
 const pad = (n: number, m: number) => Math.ceil(n / m) * m;
+
+/** The K blocks of a call: how many, and their length (the last may be shorter; 0 when K = 0). */
+function kBlocking(K: number): { kBlocks: number; KC: number } {
+  const kBlocks = Math.max(1, Math.ceil(K / KC_MAX));
+  return { kBlocks, KC: Math.ceil(K / kBlocks) };
+}
+
+/**
+ * A weight W [rows, K] (PyTorch's Linear layout, read as op(B) = Wᵀ) packed once into resident memory:
+ * for each K block, all its 8-column panels [pad(rows, 8)/8][kc][8], as `packB` would pack them. A call
+ * whose B is these floats, or a slice of them starting at a row that is a multiple of 8, reads its panels
+ * here instead of packing its B again.
+ */
+interface PackedWeight {
+  readonly data: Float32Array;
+  readonly rows: number;
+  readonly K: number;
+  /** Byte offset of each K block's panels from the allocation's start. */
+  readonly kOffsets: number[];
+  readonly allocation: WasmAllocation;
+}
+
+/** Packed weights by the buffer their floats live in (a subarray of W is a new object, its buffer is not). */
+const packedWeights = new WeakMap<ArrayBufferLike, PackedWeight[]>();
+
+/**
+ * The packed copy of op(B)'s product `t` for this runtime, and the row of W it starts at, or undefined (B
+ * not packed, or not at a panel boundary, or a different K).
+ */
+function findPacked(
+  rt: WasmRuntime,
+  p: GemmProblem,
+  bOff: number,
+): { packed: PackedWeight; row0: number } | undefined {
+  if (!p.transB || !(p.b instanceof Float32Array)) return undefined;
+  const list = packedWeights.get(p.b.buffer);
+  if (!list) return undefined;
+  const start = p.b.byteOffset / 4 + bOff; // the product's first float, in the buffer
+  for (const packed of list) {
+    if (packed.allocation.runtime !== rt || packed.allocation.freed || packed.K !== p.K) continue;
+    const rel = start - packed.data.byteOffset / 4;
+    if (rel < 0 || rel % p.K !== 0) continue;
+    const row0 = p.K === 0 ? 0 : rel / p.K;
+    if (row0 % 8 === 0 && row0 + p.N <= packed.rows) return { packed, row0 };
+  }
+  return undefined;
+}
 
 /** One thread's GEMM driver: lays out its buffers from the instance's base, remembers the B it packed. */
 class GemmDriver {
@@ -68,8 +125,7 @@ class GemmDriver {
     const { M, N, K } = p;
     if (M === 0 || N === 0 || m1 <= m0) return;
     const MR = this.MR;
-    const kBlocks = Math.max(1, Math.ceil(K / KC_MAX));
-    const KC = Math.ceil(K / kBlocks); // equal K blocks (0 when K = 0: C = bias (+ C))
+    const { kBlocks, KC } = kBlocking(K); // equal K blocks (KC = 0 when K = 0: C = bias (+ C))
     const MC = Math.min(MC_MAX, pad(Math.min(M, m1 - m0), MR));
     const ncMax = Math.min(B_BUDGET / Math.max(KC, 1), C_BUDGET / MC) / 4;
     const NC = Math.min(pad(N, 8), Math.max(8, Math.floor(ncMax / 8) * 8));
@@ -96,6 +152,7 @@ class GemmDriver {
       const i0 = Math.max(m0 - t * M, 0);
       const i1 = Math.min(m1 - t * M, M);
       const off = batchOffsets(p, t);
+      const resident = findPacked(this.rt, p, off.b);
       for (let jc = 0; jc < N; jc += NC) {
         const nc = Math.min(NC, N - jc);
         const ncPad = pad(nc, 8);
@@ -109,7 +166,15 @@ class GemmDriver {
           const kc = Math.min(KC, K - pc);
           const first = kb === 0;
           const last = kb === kBlocks - 1;
-          this.packB(p, p.strideB === 0 ? 0 : t, off.b, jc, nc, pc, kc, bPtr, stagePtr, stageFloats);
+          // The B block's panels: the resident packed weight's, or packed here.
+          const bAt = resident
+            ? resident.packed.allocation.ptr +
+              resident.packed.kOffsets[kb] +
+              ((resident.row0 + jc) / 8) * kc * 32
+            : bPtr;
+          if (!resident) {
+            this.packB(p, p.strideB === 0 ? 0 : t, off.b, jc, nc, pc, kc, bPtr, stagePtr, stageFloats);
+          }
           for (let ic = i0; ic < i1; ic += MC) {
             const mc = Math.min(MC, i1 - ic);
             // Pass 1: stage and pack op(A)[ic : ic + mc, pc : pc + kc] into 4-row panels.
@@ -122,12 +187,13 @@ class GemmDriver {
             const cAt = off.c + ic * N + jc; // C[ic, jc] of this product
             if (load) this.copyC(c, cAt, N, mc, nc, ncPad, cPtr, true);
             const biasAt = first && p.bias ? biasPtr : 0;
-            ex.gemmBlock(
+            // 1–3 rows (a decode step): one row at a time, not a 4-row tile that is mostly padding.
+            (mc < MR ? ex.gemmBlockRows : ex.gemmBlock)(
               aPtr,
-              bPtr,
+              bAt,
               cPtr,
               ncPad,
-              pad(mc, MR),
+              mc < MR ? mc : pad(mc, MR),
               ncPad,
               kc,
               load ? 1 : 0,
@@ -139,6 +205,38 @@ class GemmDriver {
         }
       }
     }
+  }
+
+  /**
+   * Packs W [rows, K] (read as Wᵀ) into resident memory at byte `dst`: each K block's panels, as packB
+   * packs them, one block after the other; returns the byte offset of each block's panels from dst. The
+   * stage is this call's scratch (at the runtime's base, above every resident allocation).
+   */
+  packResident(w: Float32Array, rows: number, K: number, dst: number): number[] {
+    const { kBlocks, KC } = kBlocking(K);
+    const stagePtr = this.rt.base;
+    const stageFloats = Math.max(STAGE_FLOATS, 8 * KC);
+    this.rt.ensure(stagePtr + stageFloats * 4);
+    this.rt.claim(this);
+    this.bKey = '';
+    this.stageKey = '';
+    this.f32 = this.rt.f32;
+    const offsets: number[] = [];
+    let at = 0;
+    for (let kb = 0; kb < kBlocks; kb++) {
+      const pc = kb * KC;
+      const kc = Math.min(KC, K - pc);
+      offsets.push(at);
+      const step = Math.max(8, Math.floor(stageFloats / Math.max(kc, 1) / 8) * 8);
+      for (let j = 0; j < rows; j += step) {
+        const n = Math.min(step, rows - j);
+        const [src, ld] = this.stage(w, 0, K, j, n, pc, kc, stagePtr, stageFloats, '');
+        this.ex.gemmPackB(src, ld, kc, n, 1, dst + at + (j / 8) * kc * 32, kc * 8);
+      }
+      at += pad(rows, 8) * kc * 4;
+    }
+    this.stageKey = '';
+    return offsets;
   }
 
   /**
@@ -253,6 +351,72 @@ class GemmDriver {
 
 const drivers = new WeakMap<WasmRuntime, GemmDriver>();
 
+function driverOf(rt: WasmRuntime): GemmDriver {
+  let driver = drivers.get(rt);
+  if (!driver) {
+    driver = new GemmDriver(rt);
+    drivers.set(rt, driver);
+  }
+  return driver;
+}
+
+/** A float32 weight W [rows, cols] as a Linear layer holds it (y = x·Wᵀ). */
+export interface LinearWeight {
+  data: Float32Array;
+  rows: number;
+  cols: number;
+}
+
+/**
+ * Packs Linear weights once into this thread's WebAssembly memory, so that every WASM GEMM reading one of
+ * them as x·Wᵀ (or a slice of it starting at a multiple of 8 rows, as in_proj's q, k, v) uses the packed
+ * copy instead of packing W again: a decode step's products are one row each, and packing W cost more than
+ * multiplying by it. Results are bit for bit those of an unpacked call. Returns the function that frees the
+ * copies. The caller must not change the weights' floats before calling it: the packed copy would not see
+ * the change. Packing is an optimisation: where WASM cannot run, or memory is refused, weights stay
+ * unpacked (the calls pack them as before).
+ */
+export function packLinearWeights(weights: readonly LinearWeight[]): () => void {
+  if (wasmSupport() !== true) return () => {};
+  const owner = {};
+  const done: PackedWeight[] = [];
+  for (const { data, rows, cols } of weights) {
+    if (!(data instanceof Float32Array) || rows * cols === 0 || data.length !== rows * cols) continue;
+    let allocation: WasmAllocation | undefined;
+    try {
+      allocation = allocateResident('packLinearWeights', pad(rows, 8) * cols * 4, owner);
+      if (!allocation) break;
+      const a = allocation;
+      const kOffsets = withWasm('packLinearWeights', (rt) =>
+        driverOf(rt).packResident(data, rows, cols, a.ptr),
+      );
+      releaseWasm();
+      const packed: PackedWeight = { data, rows, K: cols, kOffsets, allocation };
+      const list = packedWeights.get(data.buffer) ?? [];
+      list.push(packed);
+      packedWeights.set(data.buffer, list);
+      done.push(packed);
+    } catch (err) {
+      if (allocation) freeResident(allocation);
+      if (!(err instanceof RangeError || err instanceof KernelResourceError)) throw err;
+      break; // memory refused: the rest stay unpacked
+    }
+  }
+  let freed = false;
+  return () => {
+    if (freed) return;
+    freed = true;
+    for (const packed of done) {
+      const list = packedWeights.get(packed.data.buffer);
+      const i = list ? list.indexOf(packed) : -1;
+      if (list && i >= 0) list.splice(i, 1);
+      if (list?.length === 0) packedWeights.delete(packed.data.buffer);
+      freeResident(packed.allocation);
+    }
+    void owner; // the allocations' finalizer owner lives as long as this function
+  };
+}
+
 /** The WASM SIMD GEMM; `supports` says why not when WASM SIMD is missing or the call needs float64. */
 export const wasmGemmKernel: GemmKernel = {
   name: 'wasm',
@@ -266,13 +430,6 @@ export const wasmGemmKernel: GemmKernel = {
   },
   release: releaseWasm,
   rows(p: GemmProblem, c: Floats, m0: number, m1: number): void {
-    withWasm('wasm GEMM', (rt) => {
-      let driver = drivers.get(rt);
-      if (!driver) {
-        driver = new GemmDriver(rt);
-        drivers.set(rt, driver);
-      }
-      driver.run(p, c, m0, m1);
-    });
+    withWasm('wasm GEMM', (rt) => driverOf(rt).run(p, c, m0, m1));
   },
 };

@@ -15,6 +15,7 @@
 import { add, embedding, layerNorm, linear, scale } from '../autograd/ops.js';
 import { constant, type Floats, parameter, type Var } from '../autograd/var.js';
 import { KVCache } from '../cache/kv-cache.js';
+import { type LinearWeight, packLinearWeights } from '../kernels/gemm-wasm.js';
 import { sinusoidalPositionalEncoding } from '../position/sinusoidal.js';
 import { Generator, isGenerator, resolveGenerator } from '../random.js';
 import {
@@ -331,6 +332,9 @@ export class TinyTransformer {
           resident: true,
         })
       : undefined;
+    // Every step multiplies by the same weights: pack them for the WASM GEMM once, not once per step
+    // (bit for bit the same products). Freed below; onToken must not change the weights meanwhile.
+    const unpack = packLinearWeights(this.#linearWeights());
     try {
       const seq = new Int32Array(ids.length + maxNewTokens);
       seq.set(ids);
@@ -351,7 +355,19 @@ export class TinyTransformer {
       return out.slice(0, made);
     } finally {
       cache?.dispose(); // its WebAssembly memory goes back to the arena now, not when collected
+      unpack();
     }
+  }
+
+  /** The float32 matrices the forward multiplies by as x·Wᵀ (every 2-D parameter: projections, MLP, tied head). */
+  #linearWeights(): LinearWeight[] {
+    const out: LinearWeight[] = [];
+    for (const v of this.params.values()) {
+      if (v.shape.length === 2 && v.data instanceof Float32Array) {
+        out.push({ data: v.data, rows: v.shape[0], cols: v.shape[1] });
+      }
+    }
+    return out;
   }
 
   /** Checks a cache against this model's shape and that `L` more tokens fit in maxLen. */
