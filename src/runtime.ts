@@ -2,8 +2,9 @@
 // a module is imported. It owns a pool of workers, the shared buffers jobs travel in and the "runs on one
 // thread" warning, and runs attention's forward (row blocks) and backward (key/value heads) as tasks.
 // One decision to know: each entry exports functions bound to its own default runtime (Web Workers from
-// the main entry, worker_threads from the Node one) and importing either does nothing, so package.json's
-// "sideEffects": false is true and a bundler cannot drop a platform installation behind our back.
+// the main entry, worker_threads from the Node one) and importing either does nothing: package.json's
+// "sideEffects" lists only the CLI and the worker entries, so a bundler that trusts it cannot drop a
+// platform installation behind our back.
 
 import {
   type AttentionBackwardOptions,
@@ -20,7 +21,13 @@ import {
 } from './attention/plan.js';
 import { result, runKernel } from './attention/sdpa.js';
 import { chooseGemmKernel, type GemmProblem, gemm, gemmFallbackFor } from './kernels/gemm.js';
-import { chooseBackward, chooseKernel, fallbackFor, registeredKernels } from './kernels/registry.js';
+import {
+  backwardNeedsForward,
+  chooseBackward,
+  chooseKernel,
+  fallbackFor,
+  registeredKernels,
+} from './kernels/registry.js';
 import { BufferLayout, type Packed, readBack } from './kernels/transfer.js';
 import { type AttentionOutputs, backwardAll, problemFor } from './kernels/types.js';
 import { checkOptionNames, formatValue, sizeOf } from './shape.js';
@@ -453,7 +460,7 @@ async function backwardAsync(
   const { threads = defaultThreads, ...attention } = options;
   if (threads !== undefined) checkThreads(fn, threads);
   const { plan, problem, inputs, grads, shapes } = planBackward(fn, q, k, v, dOut, attention);
-  if (plan.kernel !== 'reference') {
+  if (backwardNeedsForward(plan.kernel)) {
     // The forward's output and float64 log-sum-exp, as attentionBackward computes them, on the workers.
     inputs.out = new Float32Array(sizeOf(plan.outShape));
     inputs.lse = new Float64Array(problem.B * problem.Hq * problem.L);

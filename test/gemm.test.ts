@@ -7,6 +7,8 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it, vi } from 'vitest';
 import {
   chooseGemmKernel,
+  type GemmKernel,
+  type GemmKernelName,
   type GemmProblem,
   geluTanh,
   gemm,
@@ -107,9 +109,9 @@ function worstExcess(got: Float32Array, want: Float64Array, tol: Float64Array, g
   return worst;
 }
 
-function runWasm(p: Case): Float32Array {
+function run(kernel: GemmKernel, p: Case): Float32Array {
   const c = Float32Array.from(p.c0);
-  return gemm(p, c, 'wasm');
+  return gemm(p, c, kernel.name as GemmKernelName);
 }
 
 describe('the reference GEMM is the definition', () => {
@@ -171,191 +173,195 @@ describe('the reference GEMM is the definition', () => {
   });
 });
 
-describe('the WASM GEMM against the reference', () => {
-  const SIZES = [1, 3, 7, 8, 9, 63, 64, 65, 257];
+// Every registered GEMM kernel but the reference (the spec, checked above against the definition) runs
+// these differential tests: a kernel registered tomorrow is tested the day it is registered.
+for (const kernel of registeredGemmKernels().filter((k) => k !== referenceGemmKernel)) {
+  describe(`${kernel.name} GEMM against the reference`, () => {
+    const SIZES = [1, 3, 7, 8, 9, 63, 64, 65, 257];
 
-  it('every form on seeded sizes straddling the 4×8 tiles (transA × transB × bias × accumulate × GELU)', () => {
-    const g = new Generator(7);
-    const pick = () => SIZES[Math.floor(g.random() * SIZES.length)];
-    let checked = 0;
-    for (let trial = 0; trial < 24; trial++) {
-      const [M, N, K] = [pick(), pick(), pick()];
+    it('every form on seeded sizes straddling the 4×8 tiles (transA × transB × bias × accumulate × GELU)', () => {
+      const g = new Generator(7);
+      const pick = () => SIZES[Math.floor(g.random() * SIZES.length)];
+      let checked = 0;
+      for (let trial = 0; trial < 24; trial++) {
+        const [M, N, K] = [pick(), pick(), pick()];
+        for (const transA of [false, true])
+          for (const transB of [false, true]) {
+            const o = {
+              transA,
+              transB,
+              bias: g.random() < 0.5,
+              accumulate: g.random() < 0.5,
+              gelu: g.random() < 0.4,
+            };
+            const p = makeCase(g, M, N, K, o);
+            const excess = worstExcess(run(kernel, p), reference(p), tolerance(p), o.gelu);
+            expect(excess, `M=${M} N=${N} K=${K} ${JSON.stringify(o)}`).toBeLessThanOrEqual(0);
+            checked++;
+          }
+      }
+      expect(checked).toBe(96);
+    });
+
+    it('shapes across the K, M and N blocks (K = 513, 1100; M = 129, 300; N = 2049 at K = 512)', () => {
+      const g = new Generator(8);
+      const shapes: [number, number, number][] = [
+        [9, 17, 513], // two K blocks: C makes a round trip between them
+        [5, 9, 1100], // three K blocks
+        [300, 24, 33], // three M blocks of 128 rows
+        [129, 8, 64],
+        [3, 2049, 512], // two N blocks (the packed B budget) with a partial panel
+      ];
+      for (const [M, N, K] of shapes)
+        for (const transA of [false, true])
+          for (const transB of [false, true]) {
+            const o = { transA, transB, bias: true, accumulate: true, gelu: M === 9 };
+            const p = makeCase(g, M, N, K, o);
+            const excess = worstExcess(run(kernel, p), reference(p), tolerance(p), o.gelu);
+            expect(excess, `M=${M} N=${N} K=${K} ${JSON.stringify(o)}`).toBeLessThanOrEqual(0);
+          }
+    });
+
+    it('K = 0 gives bias (+ C), through GELU when asked; empty M or N does nothing', () => {
+      const g = new Generator(9);
+      for (const accumulate of [false, true]) {
+        const p = makeCase(g, 5, 11, 0, { bias: true, accumulate, gelu: true });
+        expect(worstExcess(run(kernel, p), reference(p), tolerance(p), true)).toBeLessThanOrEqual(0);
+      }
+      const empty = makeCase(g, 0, 5, 3);
+      expect(run(kernel, empty)).toHaveLength(0);
+      const none = makeCase(g, 4, 0, 3);
+      expect(run(kernel, none)).toHaveLength(0);
+    });
+
+    it('batches: own B per product, one shared B (strideB 0), and rows split anywhere give the same C', () => {
+      const g = new Generator(10);
+      for (const strideB of [undefined, 0]) {
+        for (const transB of [false, true]) {
+          const p = makeCase(g, 13, 20, 37, { batch: 3, strideB, transB, bias: true });
+          const whole = run(kernel, p);
+          expect(worstExcess(whole, reference(p), tolerance(p))).toBeLessThanOrEqual(0);
+          // Rows [0, 39) of the stacked C in uneven pieces (as a pool splits them): bit for bit the same.
+          const pieces = Float32Array.from(p.c0);
+          for (const [m0, m1] of [
+            [0, 5],
+            [5, 14],
+            [14, 26],
+            [26, 39],
+          ])
+            kernel.rows(p, pieces, m0, m1);
+          expect(pieces).toEqual(whole);
+        }
+      }
+    });
+
+    it('the Linear products: y = x·Wᵀ + b, dX = dY·W, dW += dYᵀ·X', () => {
+      const g = new Generator(11);
+      const [T, In, Out] = [70, 48, 33];
+      const x = randomArray(T * In, g);
+      const W = randomArray(Out * In, g);
+      const dY = randomArray(T * Out, g);
+      const bias = randomArray(Out, g);
+      const forward: GemmProblem = {
+        M: T,
+        N: Out,
+        K: In,
+        a: x,
+        b: W,
+        transA: false,
+        transB: true,
+        bias,
+        precision: 'float32',
+      };
+      const dX: GemmProblem = {
+        M: T,
+        N: In,
+        K: Out,
+        a: dY,
+        b: W,
+        transA: false,
+        transB: false,
+        precision: 'float32',
+      };
+      const dW: GemmProblem = {
+        M: Out,
+        N: In,
+        K: T,
+        a: dY,
+        b: x,
+        transA: true,
+        transB: false,
+        accumulate: true,
+        precision: 'float32',
+      };
+      for (const p of [forward, dX, dW]) {
+        const c0 = randomArray(p.M * p.N, g);
+        const want = Float64Array.from(c0);
+        referenceGemmKernel.rows(p, want, 0, p.M);
+        const got = gemm(p, Float32Array.from(c0)); // 'auto'
+        for (let i = 0; i < want.length; i++) expect(Math.abs(got[i] - want[i])).toBeLessThan(1e-4);
+      }
+    });
+  });
+
+  describe(`${kernel.name} GEMM: IEEE special values`, () => {
+    it('NaN in a row of A makes that row of C NaN, in a column of B that column; 0·∞ is NaN; ±∞ propagate', () => {
+      const g = new Generator(12);
       for (const transA of [false, true])
         for (const transB of [false, true]) {
-          const o = {
-            transA,
-            transB,
-            bias: g.random() < 0.5,
-            accumulate: g.random() < 0.5,
-            gelu: g.random() < 0.4,
+          const [M, N, K] = [9, 17, 13];
+          const p = makeCase(g, M, N, K, { transA, transB, bias: true });
+          const setA = (i: number, k: number, v: number) => {
+            p.a[transA ? k * M + i : i * K + k] = v;
           };
-          const p = makeCase(g, M, N, K, o);
-          const excess = worstExcess(runWasm(p), reference(p), tolerance(p), o.gelu);
-          expect(excess, `M=${M} N=${N} K=${K} ${JSON.stringify(o)}`).toBeLessThanOrEqual(0);
-          checked++;
+          const setB = (k: number, j: number, v: number) => {
+            p.b[transB ? j * K + k : k * N + j] = v;
+          };
+          setA(2, 5, Number.NaN); // row 2: NaN
+          setB(7, 11, Number.NaN); // column 11: NaN
+          setA(4, 3, Number.POSITIVE_INFINITY); // row 4: ±∞ by the sign of b[3, j] …
+          setB(3, 6, 0); // … and NaN in column 6 (∞·0)
+          setA(6, 0, Number.NEGATIVE_INFINITY);
+          for (let j = 0; j < N; j++) setB(0, j, Math.abs(p.b[transB ? j * K : j]) + 1); // row 6: −∞
+          const got = run(kernel, p);
+          const want = reference(p);
+          expect(worstExcess(got, want, tolerance(p))).toBeLessThanOrEqual(0);
+          for (let j = 0; j < N; j++) {
+            expect(got[2 * N + j]).toBeNaN();
+            expect(got[6 * N + j]).toBe(j === 11 ? Number.NaN : Number.NEGATIVE_INFINITY);
+          }
+          for (let i = 0; i < M; i++) expect(got[i * N + 11]).toBeNaN();
+          expect(got[4 * N + 6]).toBeNaN();
         }
-    }
-    expect(checked).toBe(96);
-  });
+    });
 
-  it('shapes across the K, M and N blocks (K = 513, 1100; M = 129, 300; N = 2049 at K = 512)', () => {
-    const g = new Generator(8);
-    const shapes: [number, number, number][] = [
-      [9, 17, 513], // two K blocks: C makes a round trip between them
-      [5, 9, 1100], // three K blocks
-      [300, 24, 33], // three M blocks of 128 rows
-      [129, 8, 64],
-      [3, 2049, 512], // two N blocks (the packed B budget) with a partial panel
-    ];
-    for (const [M, N, K] of shapes)
-      for (const transA of [false, true])
-        for (const transB of [false, true]) {
-          const o = { transA, transB, bias: true, accumulate: true, gelu: M === 9 };
-          const p = makeCase(g, M, N, K, o);
-          const excess = worstExcess(runWasm(p), reference(p), tolerance(p), o.gelu);
-          expect(excess, `M=${M} N=${N} K=${K} ${JSON.stringify(o)}`).toBeLessThanOrEqual(0);
-        }
+    it('GELU of NaN, ±∞ and large values is the float64 form’s', () => {
+      const v = Float32Array.of(
+        Number.NaN,
+        Number.POSITIVE_INFINITY,
+        Number.NEGATIVE_INFINITY,
+        1e20,
+        -1e20,
+        -30,
+        30,
+        0,
+      );
+      const p: GemmProblem = {
+        M: v.length,
+        N: 1,
+        K: 1,
+        a: v,
+        b: Float32Array.of(1),
+        transA: false,
+        transB: false,
+        gelu: true,
+        precision: 'float32',
+      };
+      const got = gemm(p, new Float32Array(v.length), kernel.name as GemmKernelName);
+      expect(Array.from(got)).toEqual(Array.from(v, (x) => Math.fround(geluTanh(x))));
+    });
   });
-
-  it('K = 0 gives bias (+ C), through GELU when asked; empty M or N does nothing', () => {
-    const g = new Generator(9);
-    for (const accumulate of [false, true]) {
-      const p = makeCase(g, 5, 11, 0, { bias: true, accumulate, gelu: true });
-      expect(worstExcess(runWasm(p), reference(p), tolerance(p), true)).toBeLessThanOrEqual(0);
-    }
-    const empty = makeCase(g, 0, 5, 3);
-    expect(runWasm(empty)).toHaveLength(0);
-    const none = makeCase(g, 4, 0, 3);
-    expect(runWasm(none)).toHaveLength(0);
-  });
-
-  it('batches: own B per product, one shared B (strideB 0), and rows split anywhere give the same C', () => {
-    const g = new Generator(10);
-    for (const strideB of [undefined, 0]) {
-      for (const transB of [false, true]) {
-        const p = makeCase(g, 13, 20, 37, { batch: 3, strideB, transB, bias: true });
-        const whole = runWasm(p);
-        expect(worstExcess(whole, reference(p), tolerance(p))).toBeLessThanOrEqual(0);
-        // Rows [0, 39) of the stacked C in uneven pieces (as a pool splits them): bit for bit the same.
-        const pieces = Float32Array.from(p.c0);
-        for (const [m0, m1] of [
-          [0, 5],
-          [5, 14],
-          [14, 26],
-          [26, 39],
-        ])
-          wasmGemmKernel.rows(p, pieces, m0, m1);
-        expect(pieces).toEqual(whole);
-      }
-    }
-  });
-
-  it('the Linear products: y = x·Wᵀ + b, dX = dY·W, dW += dYᵀ·X', () => {
-    const g = new Generator(11);
-    const [T, In, Out] = [70, 48, 33];
-    const x = randomArray(T * In, g);
-    const W = randomArray(Out * In, g);
-    const dY = randomArray(T * Out, g);
-    const bias = randomArray(Out, g);
-    const forward: GemmProblem = {
-      M: T,
-      N: Out,
-      K: In,
-      a: x,
-      b: W,
-      transA: false,
-      transB: true,
-      bias,
-      precision: 'float32',
-    };
-    const dX: GemmProblem = {
-      M: T,
-      N: In,
-      K: Out,
-      a: dY,
-      b: W,
-      transA: false,
-      transB: false,
-      precision: 'float32',
-    };
-    const dW: GemmProblem = {
-      M: Out,
-      N: In,
-      K: T,
-      a: dY,
-      b: x,
-      transA: true,
-      transB: false,
-      accumulate: true,
-      precision: 'float32',
-    };
-    for (const p of [forward, dX, dW]) {
-      const c0 = randomArray(p.M * p.N, g);
-      const want = Float64Array.from(c0);
-      referenceGemmKernel.rows(p, want, 0, p.M);
-      const got = gemm(p, Float32Array.from(c0)); // 'auto'
-      for (let i = 0; i < want.length; i++) expect(Math.abs(got[i] - want[i])).toBeLessThan(1e-4);
-    }
-  });
-});
-
-describe('IEEE special values', () => {
-  it('NaN in a row of A makes that row of C NaN, in a column of B that column; 0·∞ is NaN; ±∞ propagate', () => {
-    const g = new Generator(12);
-    for (const transA of [false, true])
-      for (const transB of [false, true]) {
-        const [M, N, K] = [9, 17, 13];
-        const p = makeCase(g, M, N, K, { transA, transB, bias: true });
-        const setA = (i: number, k: number, v: number) => {
-          p.a[transA ? k * M + i : i * K + k] = v;
-        };
-        const setB = (k: number, j: number, v: number) => {
-          p.b[transB ? j * K + k : k * N + j] = v;
-        };
-        setA(2, 5, Number.NaN); // row 2: NaN
-        setB(7, 11, Number.NaN); // column 11: NaN
-        setA(4, 3, Number.POSITIVE_INFINITY); // row 4: ±∞ by the sign of b[3, j] …
-        setB(3, 6, 0); // … and NaN in column 6 (∞·0)
-        setA(6, 0, Number.NEGATIVE_INFINITY);
-        for (let j = 0; j < N; j++) setB(0, j, Math.abs(p.b[transB ? j * K : j]) + 1); // row 6: −∞
-        const got = runWasm(p);
-        const want = reference(p);
-        expect(worstExcess(got, want, tolerance(p))).toBeLessThanOrEqual(0);
-        for (let j = 0; j < N; j++) {
-          expect(got[2 * N + j]).toBeNaN();
-          expect(got[6 * N + j]).toBe(j === 11 ? Number.NaN : Number.NEGATIVE_INFINITY);
-        }
-        for (let i = 0; i < M; i++) expect(got[i * N + 11]).toBeNaN();
-        expect(got[4 * N + 6]).toBeNaN();
-      }
-  });
-
-  it('GELU of NaN, ±∞ and large values is the float64 form’s', () => {
-    const v = Float32Array.of(
-      Number.NaN,
-      Number.POSITIVE_INFINITY,
-      Number.NEGATIVE_INFINITY,
-      1e20,
-      -1e20,
-      -30,
-      30,
-      0,
-    );
-    const p: GemmProblem = {
-      M: v.length,
-      N: 1,
-      K: 1,
-      a: v,
-      b: Float32Array.of(1),
-      transA: false,
-      transB: false,
-      gelu: true,
-      precision: 'float32',
-    };
-    const got = gemm(p, new Float32Array(v.length), 'wasm');
-    expect(Array.from(got)).toEqual(Array.from(v, (x) => Math.fround(geluTanh(x))));
-  });
-});
+}
 
 describe('dispatch and fallback', () => {
   it("'wasm' refuses float64 naming why; 'auto' then takes the reference", () => {
@@ -425,7 +431,7 @@ describe('one WASM instance, two drivers', () => {
     const first = new Float32Array(L * E);
     wasmKernel.forwardRows(problem, { out: first }, 0, 0, L); // K and V now sit in WASM memory
     const p = makeCase(g, 40, 300, 200, { transB: true, bias: true }); // overwrites them
-    expect(worstExcess(runWasm(p), reference(p), tolerance(p))).toBeLessThanOrEqual(0);
+    expect(worstExcess(run(wasmGemmKernel, p), reference(p), tolerance(p))).toBeLessThanOrEqual(0);
     const again = new Float32Array(L * E);
     wasmKernel.forwardRows(problem, { out: again }, 0, 0, L);
     expect(again).toEqual(first);
@@ -450,7 +456,7 @@ describe('memory', () => {
     ];
     const results: Float32Array[] = [];
     try {
-      for (const p of cases) results.push(runWasm(p));
+      for (const p of cases) results.push(run(wasmGemmKernel, p));
     } finally {
       WebAssembly.Memory.prototype.grow = grow;
     }

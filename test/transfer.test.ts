@@ -7,6 +7,7 @@
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
+import type { GemmProblem } from '../src/kernels/gemm-types.js';
 import { BufferLayout, type Packed, readBack, revive } from '../src/kernels/transfer.js';
 import type {
   AttentionGrads,
@@ -180,6 +181,28 @@ describe('the serialiser', () => {
     for (const key of Object.keys(written) as (keyof AttentionGrads)[]) revived.grads[key]?.set(written[key]);
     readBack(grads, packed.grads, buffer);
     expectSameTree(grads, written, 'grads');
+  });
+
+  it('carries every field of a GemmProblem (the pool’s gemm jobs), strides and flags included', () => {
+    const gemmProblem: Required<GemmProblem> = {
+      M: 2,
+      N: 3,
+      K: 4,
+      a: Float32Array.from({ length: 16 }, (_, i) => (i % 5 === 0 ? Number.NaN : i - 8)),
+      b: f32(Number.POSITIVE_INFINITY, -0, ...new Array(22).fill(0.5)),
+      transA: true,
+      transB: false,
+      bias: f32(1, Number.NEGATIVE_INFINITY, 3),
+      accumulate: true,
+      gelu: true,
+      batch: 2,
+      strideA: 8,
+      strideB: 0,
+      precision: 'float32',
+    };
+    const { revived, buffer } = cross(gemmProblem);
+    expectSameTree(revived, gemmProblem, 'gemm problem');
+    for (const [path, a] of arraysOf(revived)) expect(a.buffer, path).toBe(buffer);
   });
 
   it('carries forward outputs: out, weights and a float64 lse, zeroed, with reserved scratch after them', () => {

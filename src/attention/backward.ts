@@ -4,7 +4,7 @@
 // registry's chain: 'auto' takes the flash-style one; kernel: 'reference' recomputes everything row by row
 // from q and k, needing no forward).
 
-import { chooseBackward } from '../kernels/registry.js';
+import { backwardNeedsForward, chooseBackward } from '../kernels/registry.js';
 import {
   type AttentionGrads,
   type AttentionProblem,
@@ -58,7 +58,7 @@ export function attentionBackward(
 ): AttentionGradients {
   const { plan, problem, inputs, grads, shapes } = planBackward(FN, q, k, v, dOut, options);
   const [qShape, kShape, vShape, biasShape] = shapes;
-  if (plan.kernel !== 'reference') {
+  if (backwardNeedsForward(plan.kernel)) {
     // The forward's output and log-sum-exp (float64: exp(s − lse) with a float32 lse is off by ~1% once
     // |s| ~ 1e5), for the backward passes that recompute probabilities from them.
     inputs.out = new Float32Array(sizeOf(plan.outShape));

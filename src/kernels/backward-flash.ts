@@ -137,6 +137,7 @@ function flashTask(
 
 /** The FlashAttention-2 backward: O(tile) memory, needs the forward's out and lse. */
 export const flashBackward: AttentionBackward = {
+  needsForward: true,
   supports: (_p, inputs) =>
     inputs.out && inputs.lse ? true : 'it needs the forward output and log-sum-exp (pass out and lse)',
   task: (p, inputs, grads, bkv) => flashTask(p, inputs, grads, bkv),

@@ -67,6 +67,16 @@ export function chooseBackward(
   return kernel.backward;
 }
 
+/**
+ * Whether a backward call on kernel `name` needs the forward's out and lse: the kernel's backward says
+ * so; 'auto' does when any backward it may choose does (it prefers those, given out and lse). An
+ * unknown name or a kernel with no backward: false (chooseBackward then says why).
+ */
+export function backwardNeedsForward(name: KernelName): boolean {
+  const names = name === 'auto' ? autoOrder : [name];
+  return names.some((n) => kernels.get(n)?.backward?.needsForward === true);
+}
+
 /** The kernel by name (for the worker pool, which receives names). */
 export function kernelByName(name: string): AttentionKernel | undefined {
   return kernels.get(name);

@@ -126,6 +126,12 @@ export interface AttentionGrads {
  * B·Hkv tasks write disjoint rows and a pool can run them on any threads.
  */
 export interface AttentionBackward {
+  /**
+   * It recomputes the probabilities from the forward's output and log-sum-exp (FlashAttention-2), so a
+   * caller that may choose it runs the forward first and passes `out` and `lse`; absent (the reference)
+   * when it recomputes the softmax from the problem alone.
+   */
+  readonly needsForward?: boolean;
   /** true, or why this backward cannot serve the call (e.g. it needs the forward's out and lse). */
   supports(problem: BackwardProblem, inputs: BackwardInputs): true | string;
   task(problem: BackwardProblem, inputs: BackwardInputs, grads: AttentionGrads, bkv: number): void;

@@ -423,6 +423,7 @@ const drivers = new WeakMap<WasmRuntime, BackwardDriver>();
  * float32 cannot be trusted with, or whose memory the engine refuses, run on the JS flash backward.
  */
 export const wasmBackward: AttentionBackward = {
+  needsForward: true,
   supports(p: BackwardProblem, inputs: BackwardInputs): true | string {
     if (p.precision !== 'float32')
       return 'it computes in float32; this call asks for float64 (exact backward, gradient checks)';

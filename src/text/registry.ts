@@ -1,7 +1,8 @@
 // Tokenizers by type tag: `tokenizerFromJSON` and the checkpoint metadata reader/writer both loaders share.
 // One decision to know: the table of readers is fixed at build time (a new type adds one line to READERS,
-// as 'bpe' did), not filled by import side effects: the package declares "sideEffects": false,
-// so a bundler may drop a module imported only to register itself, and its checkpoints would stop loading.
+// as 'bpe' did), not filled by import side effects: package.json's "sideEffects" lists only the files
+// with top-level statements (the CLI and the worker entries), so a bundler may drop a module imported only
+// to register itself, and its checkpoints would stop loading.
 
 import { formatFound } from '../io/checks.js';
 import { readBpeTokenizer } from './bpe.js';

@@ -14,7 +14,8 @@ export interface TokenizerJSON {
 
 /**
  * Maps text to token ids and back. Ids run from 0 to vocabSize − 1 and index the model's embedding rows.
- * Implementations: WordTokenizer (type 'word': a fixed word list, for the pronoun/copy/reverse tasks).
+ * Implementations: WordTokenizer (type 'word': a fixed word list, for the pronoun/copy/reverse tasks) and
+ * BpeTokenizer (type 'bpe': byte-level BPE as GPT-2 does it, for the language model).
  */
 export interface Tokenizer {
   /** The type tag stored in checkpoints ('word', 'bpe'). */

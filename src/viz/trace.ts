@@ -9,6 +9,7 @@
 // there is no `positions` step); its q and k are shown after the rotation, as the scores are computed.
 
 import { linear } from '../kernels/matmul.js';
+import { isVisible } from '../kernels/visibility.js';
 import {
   attend,
   type BlockAttentionOptions,
@@ -138,12 +139,21 @@ export function traceStack(
   const causal = Boolean(options.causal);
   const { heads: H } = stack;
   const scale = options.scaled === false ? 1 : 1 / Math.sqrt(stack.dK);
-  const visible = (i: number, j: number) => i !== blocked && (!causal || j <= i);
   let mask: Tensor | undefined;
   if (blocked >= 0) {
     mask = Tensor.full([L, L], 1);
     mask.data.fill(0, blocked * L, (blocked + 1) * L);
   }
+  // The kernels' own rule (band, then mask) for the step-by-step view's masked scores, as the blocks'
+  // attention plans it for these options: L = S, causal top-left = bottom-right, no window.
+  const band = {
+    S: L,
+    shift: 0,
+    left: Number.POSITIVE_INFINITY,
+    right: causal ? 0 : Number.POSITIVE_INFINITY,
+    mask: mask && { data: mask.data, sb: 0, sh: 0, sl: L, ss: 1 },
+  };
+  const visible = (i: number, j: number) => isVisible(band, 0, 0, i, j);
   const rope = stack.positions === 'rope' ? { base: stack.ropeBase ?? 10000 } : undefined;
   const attention: BlockAttentionOptions = {
     numHeads: H,
