@@ -268,12 +268,12 @@ describe('checkpoint metadata is validated (regression: scaleScores "no" ran as 
     [
       'numLayers disagreeing with the tensors',
       withConfig({ numLayers: 5 }),
-      `qkv.config field 'numLayers' says 5 but the file holds 1 layer`,
+      `the config has 5 layers (63 tensors) but the file holds 15 tensors`,
     ],
     [
       'dModel disagreeing with the tensors',
       withConfig({ dModel: 16 }),
-      `qkv.config field 'dModel' says 16 but embedding.weight is [4,8]`,
+      `embedding.weight should be [4,16] for the stored config, got [4,8]`,
     ],
     ['config an array', withMetadata({ 'qkv.config': '[]' }), `qkv.config must be a JSON object, found []`],
     [
@@ -299,6 +299,15 @@ describe('checkpoint metadata is validated (regression: scaleScores "no" ran as 
       expect(() => stackFromSafetensors(bytes, 'bad.safetensors')).toThrow(viz + message);
     });
   }
+
+  it('stackFromSafetensors refuses an attention-only checkpoint (which loadCheckpoint loads), saying why', () => {
+    const attentionOnly = new TinyTransformer({ ...config, mlp: false }, { seed: 2 });
+    const bytes = saveCheckpoint(attentionOnly, { vocab });
+    expect(loadCheckpoint(bytes).model.config.mlp).toBe(false);
+    expect(() => stackFromSafetensors(bytes, 'attn.safetensors')).toThrow(
+      "stackFromSafetensors: attn.safetensors: qkv.config field 'mlp' is false: an attention-only model has no MLP for the stack to draw",
+    );
+  });
 
   it('stackFromSafetensors says when the checkpoint was trained without ÷√d_k', () => {
     expect(stackFromSafetensors(good, 'tiny').description).toBe(

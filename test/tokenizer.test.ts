@@ -290,7 +290,7 @@ describe('checkpoints store the tokenizer by type', () => {
       'loadCheckpoint: qkv.tokenizer has 2 tokens but qkv.config has vocabSize 7',
     );
     expect(() => stackFromSafetensors(short, 's')).toThrow(
-      'stackFromSafetensors: s: qkv.tokenizer has 2 tokens but embedding.weight is [7,8]',
+      'stackFromSafetensors: s: qkv.tokenizer has 2 tokens but qkv.config has vocabSize 7',
     );
 
     expect(() => saveCheckpoint(model, { tokenizer: new WordTokenizer(['a']) })).toThrow(

@@ -162,23 +162,21 @@ function readConfig(json: string, fail: (message: string) => never): Transformer
   return o as unknown as TransformerConfig;
 }
 
+/** A checkpoint read and checked, before any model is built: what both loaders start from. */
+export interface CheckedCheckpoint {
+  config: TransformerConfig;
+  /** Every tensor the config asks for, by name, each of its shape and finite (float32 data). */
+  tensors: Record<string, Tensor>;
+  info: CheckpointInfo;
+}
+
 /**
- * Rebuilds the model a checkpoint describes and loads its weights. `source` (e.g. the file's path) goes
- * into error messages. Throws a SafetensorsError naming the field or tensor on a malformed file, on
- * metadata of the wrong type or range, or on a weight that is NaN or ±Infinity.
+ * Reads a checkpoint and checks everything in it — the config's every field, the task, the step, the
+ * tokenizer against the vocabulary size, every tensor's name, shape and finiteness — calling `fail`
+ * with a message naming the field or tensor at the first problem. The one reader of checkpoints:
+ * loadCheckpoint builds a TinyTransformer from it, the playground's stackFromSafetensors a stack.
  */
-export function loadCheckpoint(
-  bytes: Uint8Array,
-  source?: string,
-): { model: TinyTransformer; info: CheckpointInfo } {
-  if (source !== undefined && typeof source !== 'string')
-    throw new TypeError(
-      `loadCheckpoint: source must be a string (the file's name), found ${formatFound(source)}`,
-    );
-  const prefix = source === undefined ? 'loadCheckpoint: ' : `loadCheckpoint: ${source}: `;
-  const fail = (message: string): never => {
-    throw new SafetensorsError(prefix + message);
-  };
+export function readCheckpoint(bytes: Uint8Array, fail: (message: string) => never): CheckedCheckpoint {
   const { tensors, metadata } = decodeSafetensors(bytes);
   const configJson = metadata['qkv.config'];
   if (configJson === undefined) fail('no qkv.config in the metadata (not a qkv checkpoint?)');
@@ -219,6 +217,27 @@ export function loadCheckpoint(
     const bad = nonFiniteAt(t.data);
     if (bad) fail(`tensor '${name}' ${bad} (weights must be finite)`);
   }
+  return { config, tensors: tensors as Record<string, Tensor>, info };
+}
+
+/**
+ * Rebuilds the model a checkpoint describes and loads its weights. `source` (e.g. the file's path) goes
+ * into error messages. Throws a SafetensorsError naming the field or tensor on a malformed file, on
+ * metadata of the wrong type or range, or on a weight that is NaN or ±Infinity.
+ */
+export function loadCheckpoint(
+  bytes: Uint8Array,
+  source?: string,
+): { model: TinyTransformer; info: CheckpointInfo } {
+  if (source !== undefined && typeof source !== 'string')
+    throw new TypeError(
+      `loadCheckpoint: source must be a string (the file's name), found ${formatFound(source)}`,
+    );
+  const prefix = source === undefined ? 'loadCheckpoint: ' : `loadCheckpoint: ${source}: `;
+  const fail = (message: string): never => {
+    throw new SafetensorsError(prefix + message);
+  };
+  const { config, tensors, info } = readCheckpoint(bytes, fail);
   const model = new TinyTransformer(config);
   model.loadStateDict(tensors);
   return { model, info };
