@@ -5,7 +5,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { Generator, KVCache, MultiHeadAttention, Tensor, TinyTransformer } from '../src/index.js';
-import { argmax, sampleToken, tokenDistribution } from '../src/model/sampling.js';
+import { argmax, rankedIds, sampleToken, tokenDistribution } from '../src/model/sampling.js';
 import { autograd } from '../src/nn/index.js';
 import { expectOneThreadWarning } from './helpers.js';
 
@@ -289,6 +289,40 @@ describe('TinyTransformer.generate', () => {
 });
 
 describe('sampling', () => {
+  it('top-k ranks by selection exactly as a full sort would (ties to the lower id, NaN as −∞, ±∞)', () => {
+    const g = new Generator(21);
+    const fullSort = (x: Float32Array) => {
+      const v = (i: number) => (Number.isNaN(x[i]) ? Number.NEGATIVE_INFINITY : x[i]);
+      return Int32Array.from({ length: x.length }, (_, i) => i).sort((a, b) => v(b) - v(a) || a - b);
+    };
+    let checked = 0;
+    for (let trial = 0; trial < 60; trial++) {
+      const V = [1, 2, 7, 64, 500, 4096][trial % 6];
+      const x = new Float32Array(V);
+      // Few distinct values so ties cross the k-th place; some NaN and ±∞.
+      for (let i = 0; i < V; i++) {
+        const r = g.random();
+        x[i] =
+          r < 0.05
+            ? Number.NaN
+            : r < 0.08
+              ? Number.NEGATIVE_INFINITY
+              : r < 0.1
+                ? Number.POSITIVE_INFINITY
+                : Math.floor(g.random() * (trial % 2 ? 5 : 1000));
+      }
+      const want = fullSort(x);
+      for (const k of [1, 2, 3, 10, 40, V - 1, V]) {
+        if (k < 1 || k > V) continue;
+        expect(Array.from(rankedIds(x, k).subarray(0, k)), `V=${V} k=${k}`).toEqual(
+          Array.from(want.subarray(0, k)),
+        );
+        checked++;
+      }
+    }
+    expect(checked).toBeGreaterThan(300);
+  });
+
   const logits = Float32Array.of(0.5, 2, -1, 2, 1);
 
   it('greedy picks the first maximum; top-k 1 and a tiny top-p are greedy too', () => {

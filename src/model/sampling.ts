@@ -57,9 +57,9 @@ export function tokenDistribution(
     return { ids: Int32Array.of(argmax(logits)), probs: Float64Array.of(1) };
   }
   const V = logits.length;
-  const value = (i: number) => (Number.isNaN(logits[i]) ? Number.NEGATIVE_INFINITY : logits[i]);
-  const order = Int32Array.from({ length: V }, (_, i) => i).sort((a, b) => value(b) - value(a) || a - b);
   const k = Math.min(topK, V);
+  const order = rankedIds(logits, k);
+  const value = (i: number) => (Number.isNaN(logits[i]) ? Number.NEGATIVE_INFINITY : logits[i]);
   const max = value(order[0]);
   if (max === Number.NEGATIVE_INFINITY || max === Number.POSITIVE_INFINITY) {
     return { ids: Int32Array.of(order[0]), probs: Float64Array.of(1) }; // nothing else can be weighed
@@ -87,6 +87,53 @@ export function tokenDistribution(
   const out = probs.slice(0, kept);
   for (let r = 0; r < kept; r++) out[r] /= keptSum;
   return { ids: order.slice(0, kept), probs: out };
+}
+
+/**
+ * Token ids by logit, largest first (the lower id first on ties; NaN counts as −Infinity): at least the
+ * first k of that order, exactly as sorting all V would give them. A small k (top-k sampling over a
+ * large vocabulary, once per generated token) finds the k-th largest value by selection and sorts only
+ * the ids at or above it, rather than all V.
+ */
+export function rankedIds(logits: ArrayLike<number>, k: number): Int32Array {
+  const V = logits.length;
+  const vals = new Float64Array(V);
+  for (let i = 0; i < V; i++) vals[i] = Number.isNaN(logits[i]) ? Number.NEGATIVE_INFINITY : logits[i];
+  const byRank = (a: number, b: number) => vals[b] - vals[a] || a - b;
+  if (k * 8 >= V) return Int32Array.from({ length: V }, (_, i) => i).sort(byRank);
+  const t = kthLargest(vals.slice(), k);
+  const ids: number[] = [];
+  for (let i = 0; i < V; i++) if (vals[i] > t) ids.push(i);
+  // Ties at the threshold: the lowest ids, as the full sort's tie-break puts them.
+  for (let i = 0; i < V && ids.length < k; i++) if (vals[i] === t) ids.push(i);
+  return Int32Array.from(ids).sort(byRank);
+}
+
+/** The k-th largest of `a` (1 ≤ k ≤ a.length; no NaN), by Hoare's selection; reorders `a`. */
+function kthLargest(a: Float64Array, k: number): number {
+  const target = a.length - k; // its index in ascending order
+  let lo = 0;
+  let hi = a.length - 1;
+  while (lo < hi) {
+    const pivot = a[(lo + hi) >>> 1];
+    let i = lo;
+    let j = hi;
+    while (i <= j) {
+      while (a[i] < pivot) i++;
+      while (a[j] > pivot) j--;
+      if (i <= j) {
+        const x = a[i];
+        a[i] = a[j];
+        a[j] = x;
+        i++;
+        j--;
+      }
+    }
+    if (target <= j) hi = j;
+    else if (target >= i) lo = i;
+    else return a[target];
+  }
+  return a[target];
 }
 
 /** Draws the next token from `tokenDistribution(logits, options)` with one `generator.random()`. */
