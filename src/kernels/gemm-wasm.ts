@@ -221,20 +221,29 @@ class GemmDriver {
     this.bKey = '';
     this.stageKey = '';
     this.f32 = this.rt.f32;
+    // W as the B of a product x·Wᵀ with N = rows: each K block is packB's block (jc 0, nc = rows), so
+    // the layout is the one run() would pack, by the same code.
+    const asB: GemmProblem = {
+      M: 0,
+      N: rows,
+      K,
+      a: w,
+      b: w,
+      transA: false,
+      transB: true,
+      precision: 'float32',
+    };
     const offsets: number[] = [];
     let at = 0;
     for (let kb = 0; kb < kBlocks; kb++) {
       const pc = kb * KC;
       const kc = Math.min(KC, K - pc);
       offsets.push(at);
-      const step = Math.max(8, Math.floor(stageFloats / Math.max(kc, 1) / 8) * 8);
-      for (let j = 0; j < rows; j += step) {
-        const n = Math.min(step, rows - j);
-        const [src, ld] = this.stage(w, 0, K, j, n, pc, kc, stagePtr, stageFloats, '');
-        this.ex.gemmPackB(src, ld, kc, n, 1, dst + at + (j / 8) * kc * 32, kc * 8);
-      }
+      this.packB(asB, 0, 0, 0, rows, pc, kc, dst + at, stagePtr, stageFloats);
       at += pad(rows, 8) * kc * 4;
     }
+    // packB remembered what it packed as if it were this call's scratch B: it is not.
+    this.bKey = '';
     this.stageKey = '';
     return offsets;
   }
