@@ -39,7 +39,7 @@ Tasks:
 Options:
   --task <name>     required
   --steps <n>       training steps, 1 to 1000000; default the task's (pronoun 800, copy/reverse 600,
-                    scaling 400, induction 8000)
+                    scaling 400, induction 3000)
   --seed <n>        seed for weights and data, 0 to 4294967295; default 0
   --out <file>      checkpoint (safetensors); default <task>.safetensors (scaling: none)
   --plot <file>     loss curve (SVG); default <out without .safetensors>.loss.svg (scaling: scaling.svg)
@@ -587,7 +587,7 @@ async function runInduction(args: TrainArgs, io: CliIO): Promise<number> {
   const drop = phaseChange(records, 'loss');
   const span = 5 * INDUCTION_EVERY;
   const phase = change
-    ? `the best induction score jumps at step ${change.step} (first ≥ ${f(change.threshold)}, halfway up): ${f(change.before)} at ${Math.max(0, change.step - span)} → ${f(change.after)} at ${change.step + span}`
+    ? `the best induction score jumps at step ${change.step} (≥ ${f(change.threshold)}, halfway up, from there on): ${f(change.before)} at ${Math.max(0, change.step - span)} → ${f(change.after)} at ${change.step + span}`
     : 'the best induction score never rose by 0.2';
   const fall = drop
     ? `the loss falls fastest at step ${drop.step}: ${f(drop.before)} at ${drop.step - span} → ${f(drop.after)} at ${drop.step + span}`
