@@ -1,6 +1,6 @@
 // Head scores and the induction task: the four scores on fake models whose attention is exactly one pattern,
 // `qkv heads` (table, JSON, errors), the attention-only TinyTransformer (mlp: false: parameters, forward,
-// checkpoints, ONNX refusal), the induction task's batches, a short seeded run whose induction score rises,
+// checkpoints; its ONNX export is tested in onnx-export.test.ts), the induction task's batches, a short seeded run whose induction score rises,
 // and `qkv train --task induction` in-process.
 
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -14,7 +14,6 @@ import { trainCommand } from '../src/cli/train.js';
 import { decodeSafetensors, encodeSafetensors, SafetensorsError } from '../src/io/safetensors.js';
 import { transformerParamSpecs, transformerTensorCount } from '../src/model/params.js';
 import { parseTransformerConfig, TinyTransformer } from '../src/model/transformer.js';
-import { toOnnx } from '../src/onnx/export.js';
 import { Generator } from '../src/random.js';
 import { Tensor } from '../src/tensor.js';
 import { WordTokenizer } from '../src/text/word.js';
@@ -227,12 +226,6 @@ describe('the attention-only TinyTransformer (mlp: false)', () => {
     const bad = JSON.stringify({ ...JSON.parse(metadata['qkv.config']), mlp: 0 });
     expect(() => loadCheckpoint(encodeSafetensors(tensors, { ...metadata, 'qkv.config': bad }))).toThrow(
       "loadCheckpoint: qkv.config field 'mlp' must be a boolean, found 0",
-    );
-  });
-
-  it('toOnnx refuses it, naming the option', () => {
-    expect(() => toOnnx(new TinyTransformer({ ...tiny, mlp: false }))).toThrow(
-      /toOnnx: an attention-only TinyTransformer \(config.mlp: false\) is not exported yet/,
     );
   });
 });

@@ -1,8 +1,8 @@
 // toOnnx (qkv/onnx): every exported model runs in onnxruntime-web (WASM EP, in Node) and equals qkv's
 // forward within 1e-5 — MultiHeadAttention (GQA, kdim/vdim, masks, causal both ways), SelfAttention,
-// TinyTransformer encoder and decoder (sinusoidal or RoPE positions), with and without a key/value cache,
-// opset 17 and 23 — and its
-// structure (names, initializers, opset, IR version) is read back with a protobuf decoder of this file's own.
+// TinyTransformer encoder and decoder (sinusoidal or RoPE positions, attention-only too), with and without a
+// key/value cache, opset 17 and 23 — and its structure (names, initializers, opset, IR version) is read back
+// with a protobuf decoder of this file's own.
 // One decision to know: weights are random everywhere (biases and LayerNorm affine included), so a
 // parameter wired to the wrong place cannot hide behind a zero or a one.
 
@@ -444,6 +444,7 @@ describe('TinyTransformer', () => {
       ['decoder, scaleScores: false', { ...DECODER, scaleScores: false, numLayers: 1 }],
       ['decoder, positions: rope', { ...DECODER, positions: 'rope' }],
       ['encoder, positions: rope, ropeBase: 500', { ...ENCODER, positions: 'rope', ropeBase: 500 }],
+      ['attention-only decoder (mlp: false), positions: rope', { ...DECODER, mlp: false, positions: 'rope' }],
     ] as const) {
       it(`opset ${opset}: ${name}, several shapes, padding`, async () => {
         const model = randomModel(config, 11);
@@ -499,6 +500,7 @@ describe('TinyTransformer', () => {
     for (const [label, decoderConfig] of [
       ['', DECODER],
       [' (positions: rope)', { ...DECODER, positions: 'rope' }],
+      [' (attention only, rope)', { ...DECODER, positions: 'rope', mlp: false }],
     ] as const) {
       it(`opset ${opset}: kvCache — prefill then one-token steps equal qkv's cached forward${label}`, async () => {
         const model = randomModel(decoderConfig, 13);

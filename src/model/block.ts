@@ -1,6 +1,7 @@
 // The one block forward: multi-head attention and the pre-LayerNorm transformer block, written once over an
-// op interface (BlockOps) that autograd Vars (ops-var.ts: training) and plain Tensors (ops-tensor.ts:
-// MultiHeadAttention, the playground's trace) implement. One decision to know: every matrix product is
+// op interface (BlockOps) that autograd Vars (ops-var.ts: training), plain Tensors (ops-tensor.ts:
+// MultiHeadAttention, the playground's trace) and ONNX graph values (onnx/ops-graph.ts: the exporter)
+// implement. One decision to know: every matrix product is
 // `ops.linear`, and both implementations call kernels/matmul.ts, so a faster GEMM lands there once; an
 // observer sees each intermediate as it is computed (the trace is one), so looking never forks the maths.
 // An attention-only block (mlp: false, Olsson et al.'s toy models) is the same block without its MLP sublayer;

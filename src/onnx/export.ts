@@ -8,6 +8,9 @@
 // and a query that may see no key gets a zero output rather than an even spread (opset 17) or NaN
 // (opset 23). Names follow transformers.js / Optimum: input_ids, attention_mask, position_ids,
 // past_key_values.{i}.key|value → present.{i}.key|value, logits.
+// The blocks are not spelled here: transformerBlock and attentionSublayer (src/model/block.ts) run over
+// graphBlockOps (ops-graph.ts), whose ops append the nodes; this file makes the inputs, the embedding, the
+// visibility every layer shares and the head.
 // A RoPE TinyTransformer (positions: 'rope') is spelled in plain ops at either opset: cos/sin tables
 // [maxLen, E/2] as initializers (rope_cos, rope_sin), gathered by position (0…L−1, or position_ids with a
 // cache), and each head's halves of q and k turned (Split, Mul, Sub/Add, Concat) before attention, so the
@@ -16,23 +19,13 @@
 import { MultiHeadAttention } from '../attention/multihead.js';
 import type { CausalOption } from '../attention/plan.js';
 import { SelfAttention } from '../attention/self-attention.js';
+import { type AttentionParams, attentionSublayer, transformerBlock } from '../model/block.js';
+import { blockParamsFrom } from '../model/params.js';
 import { TinyTransformer } from '../model/transformer.js';
-import { ropeTable } from '../position/rope.js';
 import { sinusoidalPositionalEncoding } from '../position/sinusoidal.js';
 import { checkBoolean, checkInteger, checkOptionNames, formatValue } from '../shape.js';
-import { Tensor } from '../tensor.js';
-import {
-  attentionCore17,
-  attentionCore23,
-  type CoreInputs,
-  causalVisible,
-  GraphBuilder,
-  geluTanh,
-  layerNorm,
-  linear,
-  mergeHeads,
-  splitHeads,
-} from './graph.js';
+import { attentionCore17, attentionCore23, type CoreInputs, causalVisible, GraphBuilder } from './graph.js';
+import { type GraphValue, graphBlockOps, graphWeight } from './ops-graph.js';
 import { DataType } from './proto.js';
 
 /** The modules toOnnx exports. */
@@ -104,11 +97,6 @@ function resolve(module: OnnxExportable, options: OnnxExportOptions): Resolved {
   if (opset !== 17 && opset !== 23) {
     throw new RangeError(
       `${FN}: options.opset must be 17 (plain ops) or 23 (the Attention op), got ${formatValue(opset)}`,
-    );
-  }
-  if (isModel && (module as TinyTransformer).config.mlp === false) {
-    throw new TypeError(
-      `${FN}: an attention-only TinyTransformer (config.mlp: false) is not exported yet: the graph writes every block with its MLP`,
     );
   }
   checkBoolean(FN, 'options.dynamicAxes', dynamicAxes);
@@ -214,7 +202,7 @@ function visibility(
 
 function exportMultiHead(g: GraphBuilder, m: MultiHeadAttention, r: Resolved): void {
   const { B, L, S } = r.dims;
-  const { embedDim: D, numHeads: H, numKvHeads: Hkv, headDim: E, kdim, vdim } = m;
+  const { embedDim: D, numHeads: H, numKvHeads: Hkv, kdim, vdim } = m;
   const query = g.input('query', DataType.FLOAT, [B, L, D]);
   const key = g.input('key', DataType.FLOAT, [B, S, kdim]);
   const value = g.input('value', DataType.FLOAT, [B, S, vdim]);
@@ -227,52 +215,41 @@ function exportMultiHead(g: GraphBuilder, m: MultiHeadAttention, r: Resolved): v
       ])
     : undefined;
   const dict = m.stateDict();
-  const kvWidth = Hkv * E;
-  let wq: string;
-  let wk: string;
-  let wv: string;
+  const w = (name: string) => graphWeight(g, name, dict[name]);
+  // The block's attention sublayer over graph values. A packed in_proj_weight is split into its q, k and v
+  // rows (the graph always has separate key and value inputs).
+  let projections: Pick<AttentionParams<GraphValue>, 'qProjWeight' | 'kProjWeight' | 'vProjWeight'>;
   if (dict.in_proj_weight) {
-    const w = g.weight('in_proj_weight', dict.in_proj_weight);
-    [wq, wk, wv] = g.ops('Split', [w, g.ints([D, D, D])], 3, [{ name: 'axis', int: 0 }]);
+    const rows = g.ops('Split', [w('in_proj_weight').name, g.ints([D, D, D])], 3, [{ name: 'axis', int: 0 }]);
+    const [q, k, v] = rows.map((name): GraphValue => ({ name, shape: [D, D] }));
+    projections = { qProjWeight: q, kProjWeight: k, vProjWeight: v };
   } else {
-    wq = g.weight('q_proj_weight', dict.q_proj_weight);
-    wk = g.weight('k_proj_weight', dict.k_proj_weight);
-    wv = g.weight('v_proj_weight', dict.v_proj_weight);
+    projections = {
+      qProjWeight: w('q_proj_weight'),
+      kProjWeight: w('k_proj_weight'),
+      vProjWeight: w('v_proj_weight'),
+    };
   }
-  let bq: string | undefined;
-  let bk: string | undefined;
-  let bv: string | undefined;
-  if (dict.in_proj_bias) {
-    const b = g.weight('in_proj_bias', dict.in_proj_bias);
-    [bq, bk, bv] = g.ops('Split', [b, g.ints([D, kvWidth, kvWidth])], 3, [{ name: 'axis', int: 0 }]);
-  }
-  const q = splitHeads(g, linear(g, query, wq, bq), H, E);
-  const k = splitHeads(g, linear(g, key, wk, bk), Hkv, E);
-  const v = splitHeads(g, linear(g, value, wv, bv), Hkv, E);
+  const params: AttentionParams<GraphValue> = {
+    ...projections,
+    inProjBias: dict.in_proj_bias && w('in_proj_bias'),
+    outProjWeight: w('out_proj.weight'),
+    outProjBias: dict['out_proj.bias'] && w('out_proj.bias'),
+  };
   // ONNX's is_causal is top-left; the bottom-right case (qkv's `true`) is spelled as a mask.
   const isCausal = r.opset === 23 && r.causal === 'top-left' && !attnMask;
   const causal =
     r.causal && !isCausal ? causalVisible(g, g.dim(query, 1), g.dim(key, 1), r.causal) : undefined;
-  const visible = visibility(g, causal, attnMask);
-  const heads = core(g, r, {
-    q,
-    k,
-    v,
-    numHeads: H,
-    numKvHeads: Hkv,
-    keyWidth: E,
-    valueWidth: E,
-    scale: 1 / Math.sqrt(E),
-    visible,
-    isCausal,
-  });
-  const out = linear(
-    g,
-    mergeHeads(g, heads, D),
-    g.weight('out_proj.weight', dict['out_proj.weight']),
-    dict['out_proj.bias'] && g.weight('out_proj.bias', dict['out_proj.bias']),
+  const ops = graphBlockOps(g, { opset: r.opset, visible: visibility(g, causal, attnMask), isCausal });
+  const input = (name: string, width: number): GraphValue => ({ name, shape: [-1, -1, width] });
+  const { out } = attentionSublayer(
+    ops,
+    params,
+    input(query, D),
+    { key: input(key, kdim), value: input(value, vdim) },
+    { numHeads: H, numKvHeads: Hkv },
   );
-  g.output(out, 'output', DataType.FLOAT, [B, L, D]);
+  g.output(out.name, 'output', DataType.FLOAT, [B, L, D]);
 }
 
 function exportSelfAttention(g: GraphBuilder, m: SelfAttention, r: Resolved): void {
@@ -325,39 +302,28 @@ function exportTransformer(g: GraphBuilder, m: TinyTransformer, r: Resolved): vo
     }
   }
   const dict = m.stateDict();
-  const w = (name: string) => g.weight(name, dict[name]);
+  const weights = new Map<string, GraphValue>();
+  const w = (name: string): GraphValue => {
+    let value = weights.get(name);
+    if (!value) {
+      value = graphWeight(g, name, dict[name]);
+      weights.set(name, value);
+    }
+    return value;
+  };
   const embedding = w('embedding.weight');
 
   // Embedding ×√D plus the sinusoidal row of each position (0…L−1, or position_ids with a cache); with
-  // RoPE nothing is added and the positions pick the rotation's cos/sin rows instead.
+  // RoPE nothing is added and the blocks rotate q and k by the same positions.
   const Ldim = g.dim(ids, 1);
   const positions =
     positionIds ??
     g.op('Range', [g.ints([0], true), g.op('Squeeze', [Ldim, g.ints([0])]), g.ints([1], true)]);
-  let x = g.op('Mul', [g.op('Gather', [embedding, ids], [{ name: 'axis', int: 0 }]), g.float(Math.sqrt(D))]);
-  let rotate = (heads: string) => heads;
-  if (rope) {
-    const half = E / 2;
-    const { cos, sin } = ropeTable(maxLen, E, 0, m.config.ropeBase);
-    // [L, E/2] from Range (broadcasts over [B, H, L, E/2]); [B, L, E/2] → [B, 1, L, E/2] from position_ids.
-    const rows = (name: string, t: Float64Array) => {
-      const gathered = g.op(
-        'Gather',
-        [g.weight(name, new Tensor(Float32Array.from(t), [maxLen, half])), positions],
-        [{ name: 'axis', int: 0 }],
-      );
-      return positionIds ? g.op('Unsqueeze', [gathered, g.ints([1])]) : gathered;
-    };
-    const c = rows('rope_cos', cos);
-    const s = rows('rope_sin', sin);
-    // [B, H, L, E]: (x1, x2) → (x1·cos − x2·sin, x2·cos + x1·sin), x1 and x2 the halves of each head.
-    rotate = (heads) => {
-      const [x1, x2] = g.ops('Split', [heads, g.ints([half, half])], 2, [{ name: 'axis', int: -1 }]);
-      const y1 = g.op('Sub', [g.op('Mul', [x1, c]), g.op('Mul', [x2, s])]);
-      const y2 = g.op('Add', [g.op('Mul', [x2, c]), g.op('Mul', [x1, s])]);
-      return g.op('Concat', [y1, y2], [{ name: 'axis', int: -1 }]);
-    };
-  } else {
+  let x = g.op('Mul', [
+    g.op('Gather', [embedding.name, ids], [{ name: 'axis', int: 0 }]),
+    g.float(Math.sqrt(D)),
+  ]);
+  if (!rope) {
     const table = g.weight('position_table', sinusoidalPositionalEncoding(maxLen, D));
     x = g.op('Add', [x, g.op('Gather', [table, positions], [{ name: 'axis', int: 0 }])]); // [B, L, D]
   }
@@ -367,56 +333,30 @@ function exportTransformer(g: GraphBuilder, m: TinyTransformer, r: Resolved): vo
   const isCausal = r.opset === 23 && causal && !r.kvCache && !attentionMask; // L = S: top-left is right
   const causalMask = causal && !isCausal ? causalVisible(g, Ldim, S, 'bottom-right') : undefined;
   const padding = attentionMask && g.op('Unsqueeze', [attentionMask, g.ints([1, 2])]); // [B, 1, 1, S]
-  const visible = visibility(g, causalMask, padding);
+  const ops = graphBlockOps(g, {
+    opset: r.opset,
+    visible: visibility(g, causalMask, padding),
+    isCausal,
+    cache: r.kvCache
+      ? pastKV.map((past, i) => ({ past, present: [`present.${i}.key`, `present.${i}.value`] }))
+      : undefined,
+    rope: rope ? { positions, maxLen } : undefined,
+  });
 
-  const scale = scaleScores ? 1 / Math.sqrt(E) : 1;
+  // The blocks: transformerBlock itself (src/model/block.ts), over graph values.
+  const { mlp } = m.config;
+  const attention = {
+    numHeads: H,
+    scale: scaleScores ? undefined : 1,
+    rope: rope ? { base: m.config.ropeBase, offset: 0 } : undefined,
+  };
+  let hidden: GraphValue = { name: x, shape: [-1, -1, D] };
   for (let i = 0; i < numLayers; i++) {
-    const p = `layers.${i}.`;
-    const h = layerNorm(g, x, w(`${p}norm1.weight`), w(`${p}norm1.bias`));
-    const [q3, k3, v3] = g.ops(
-      'Split',
-      [linear(g, h, w(`${p}self_attn.in_proj_weight`), w(`${p}self_attn.in_proj_bias`)), g.ints([D, D, D])],
-      3,
-      [{ name: 'axis', int: -1 }],
-    );
-    const q = rotate(splitHeads(g, q3, H, E));
-    let k = rotate(splitHeads(g, k3, H, E));
-    let v = splitHeads(g, v3, H, E);
-    const present: [string, string] = [`present.${i}.key`, `present.${i}.value`];
-    let heads: string;
-    if (r.kvCache && r.opset === 17) {
-      k = g.op('Concat', [pastKV[i].key, k], [{ name: 'axis', int: 2 }], present[0]);
-      v = g.op('Concat', [pastKV[i].value, v], [{ name: 'axis', int: 2 }], present[1]);
-      heads = core(g, r, { q, k, v, numHeads: H, numKvHeads: H, keyWidth: E, valueWidth: E, scale, visible });
-    } else {
-      const cache = r.kvCache ? { past: pastKV[i], present } : {};
-      heads = core(g, r, {
-        q,
-        k,
-        v,
-        numHeads: H,
-        numKvHeads: H,
-        keyWidth: E,
-        valueWidth: E,
-        scale,
-        visible,
-        isCausal,
-        ...cache,
-      });
-    }
-    const a = linear(
-      g,
-      mergeHeads(g, heads, D),
-      w(`${p}self_attn.out_proj.weight`),
-      w(`${p}self_attn.out_proj.bias`),
-    );
-    const x1 = g.op('Add', [x, a]);
-    const h2 = layerNorm(g, x1, w(`${p}norm2.weight`), w(`${p}norm2.bias`));
-    const hidden = geluTanh(g, linear(g, h2, w(`${p}linear1.weight`), w(`${p}linear1.bias`)));
-    x = g.op('Add', [x1, linear(g, hidden, w(`${p}linear2.weight`), w(`${p}linear2.bias`))]);
+    const params = blockParamsFrom((name) => (dict[name] ? w(name) : undefined), `layers.${i}.`, mlp);
+    hidden = transformerBlock(ops, params, hidden, { attention, mlp }).x;
   }
-  x = layerNorm(g, x, w('norm.weight'), w('norm.bias'));
-  const logits = g.op('MatMul', [x, g.op('Transpose', [embedding], [{ name: 'perm', ints: [1, 0] }])]); // tied head
+  const final = ops.layerNorm(hidden, w('norm.weight'), w('norm.bias'));
+  const logits = ops.linear(final, embedding).name; // the tied head
   g.output(logits, 'logits', DataType.FLOAT, [B, L, V]);
   if (r.kvCache) {
     for (let i = 0; i < numLayers; i++) {
