@@ -13,6 +13,7 @@ import { WordTokenizer } from '../src/text/word.js';
 import { loadCheckpoint, saveCheckpoint } from '../src/train/checkpoint.js';
 import { stackFromSafetensors } from '../src/viz/checkpoint.js';
 import { stackFromStateDict } from '../src/viz/stack.js';
+import { traceStack } from '../src/viz/trace.js';
 
 const vocab = ['the', 'cat', 'sat', 'down'];
 const config = { vocabSize: 4, dModel: 8, numHeads: 2, numLayers: 1, dFF: 16, maxLen: 8, causal: false };
@@ -81,8 +82,8 @@ describe('loading from Node Buffers (regression: a Buffer is a view into a poole
     for (const buf of [oddBuffer(good), fileBuffer(good)]) {
       const stack = stackFromSafetensors(buf, 'tiny.safetensors');
       expect(stack.vocab).toEqual(vocab);
-      expect(stack.layers[0].wq.data).toEqual(
-        model.params.get('layers.0.self_attn.in_proj_weight')!.data.slice(0, 64),
+      expect(stack.layers[0].selfAttn.inProjWeight?.data).toEqual(
+        Float32Array.from(model.params.get('layers.0.self_attn.in_proj_weight')!.data),
       );
     }
   });
@@ -300,12 +301,31 @@ describe('checkpoint metadata is validated (regression: scaleScores "no" ran as 
     });
   }
 
-  it('stackFromSafetensors refuses an attention-only checkpoint (which loadCheckpoint loads), saying why', () => {
-    const attentionOnly = new TinyTransformer({ ...config, mlp: false }, { seed: 2 });
+  it('stackFromSafetensors reads an attention-only checkpoint: blocks without an MLP, traced as the model runs', () => {
+    const attentionOnly = new TinyTransformer({ ...config, mlp: false, numLayers: 2 }, { seed: 2 });
     const bytes = saveCheckpoint(attentionOnly, { vocab });
-    expect(loadCheckpoint(bytes).model.config.mlp).toBe(false);
-    expect(() => stackFromSafetensors(bytes, 'attn.safetensors')).toThrow(
-      "stackFromSafetensors: attn.safetensors: qkv.config field 'mlp' is false: an attention-only model has no MLP for the stack to draw",
+    const stack = stackFromSafetensors(bytes, 'attn.safetensors');
+    expect(stack.layers).toHaveLength(2);
+    for (const layer of stack.layers) expect('linear1' in layer).toBe(false);
+    const tokens = ['cat', 'the', 'down', 'sat'];
+    const trace = traceStack(stack, tokens);
+    const ids4 = Int32Array.from(tokens, (t) => vocab.indexOf(t));
+    const { weights } = attentionOnly.forward(ids4, 1, 4, { needWeights: true });
+    for (let l = 0; l < 2; l++) {
+      const want = weights[l].data;
+      const got = trace.weights[l].data;
+      expect(got.length).toBe(want.length);
+      for (let i = 0; i < want.length; i++) expect(got[i]).toBeCloseTo(want[i], 6);
+    }
+    // A stack whose layers disagree (one with an MLP, one without) is refused, naming the layer.
+    const withMlp = decodeSafetensors(
+      saveCheckpoint(new TinyTransformer({ ...config, numLayers: 2 }, { seed: 2 }), { vocab }),
+    ).tensors;
+    const mixed = Object.fromEntries(
+      Object.entries(withMlp).filter(([n]) => !/^layers\.1\.(linear|norm2)/.test(n)),
+    );
+    expect(() => stackFromStateDict(mixed, { heads: 2, vocab })).toThrow(
+      'stackFromStateDict: layer 1 has no MLP (linear1, linear2, norm2) but layer 0 has',
     );
   });
 

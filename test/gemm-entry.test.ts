@@ -58,6 +58,8 @@ describe('one GEMM entry point', () => {
   it('traceStack: the block forward per layer, and Q·Kᵀ of the focused head', () => {
     const stack = seededStack({ dModel: 8, dK: 2, heads: 4, layers: 2, seed: 0 });
     traceStack(stack, ['a', 'b', 'c']);
-    expect(calls.linear).toBe(2 * (3 + 1 + 2) + 1);
+    // Per layer q|k|v in one product (the packed in_proj_weight, as TinyTransformer runs it), the
+    // out-projection, linear1 and linear2; then Q·Kᵀ of the focused head.
+    expect(calls.linear).toBe(2 * (1 + 1 + 2) + 1);
   });
 });

@@ -75,13 +75,14 @@ describe('traceStack', () => {
 
   it("layer 0's heads equal qkv's MultiHeadAttention on LayerNorm(E + PE) with the same weights", () => {
     const t = traceStack(stack, tokens, { focus: { layer: 0, head: 1 } });
-    const l0 = stack.layers[0];
+    const l0 = stack.layers[0].selfAttn; // packed: H·d_k = D
+    expect(l0.inProjWeight?.shape).toEqual([96, 32]);
     const mha = new MultiHeadAttention({ embedDim: 32, numHeads: 4 });
     mha.loadStateDict({
-      in_proj_weight: new Tensor(Float32Array.from([...l0.wq.data, ...l0.wk.data, ...l0.wv.data]), [96, 32]),
-      in_proj_bias: new Tensor(Float32Array.from([...l0.bq, ...l0.bk, ...l0.bv]), [96]),
-      'out_proj.weight': l0.wo,
-      'out_proj.bias': new Tensor(l0.bo, [32]),
+      in_proj_weight: l0.inProjWeight!,
+      in_proj_bias: l0.inProjBias!,
+      'out_proj.weight': l0.outProjWeight,
+      'out_proj.bias': l0.outProjBias!,
     });
     const x = t.steps.normed;
     const { weights } = mha.forward(x, x, x, { needWeights: true });

@@ -221,3 +221,37 @@ export function blockParamsFrom<W>(
   if (!mlp) return attention;
   return { ...attention, norm2: pair('norm2'), linear1: pair('linear1'), linear2: pair('linear2') };
 }
+
+/**
+ * The inverse of blockParamsFrom: a block's parameters as [PyTorch name, tensor] pairs under `prefix`, in
+ * the parameter table's order (an attention-only block: norm1 and self_attn.* only; absent optional
+ * tensors — separate q/k/v weights of a packed layer, a bias-free layer's biases — are left out).
+ */
+export function blockParamEntries<W>(
+  p: BlockParams<W> | AttentionBlockParams<W>,
+  prefix: string,
+): [string, W][] {
+  const a = p.selfAttn;
+  const entries: [string, W | undefined][] = [
+    [`${prefix}norm1.weight`, p.norm1.weight],
+    [`${prefix}norm1.bias`, p.norm1.bias],
+    [`${prefix}self_attn.in_proj_weight`, a.inProjWeight],
+    [`${prefix}self_attn.q_proj_weight`, a.qProjWeight],
+    [`${prefix}self_attn.k_proj_weight`, a.kProjWeight],
+    [`${prefix}self_attn.v_proj_weight`, a.vProjWeight],
+    [`${prefix}self_attn.in_proj_bias`, a.inProjBias],
+    [`${prefix}self_attn.out_proj.weight`, a.outProjWeight],
+    [`${prefix}self_attn.out_proj.bias`, a.outProjBias],
+  ];
+  if ('linear1' in p && p.linear1 && p.linear2 && p.norm2) {
+    entries.push(
+      [`${prefix}norm2.weight`, p.norm2.weight],
+      [`${prefix}norm2.bias`, p.norm2.bias],
+      [`${prefix}linear1.weight`, p.linear1.weight],
+      [`${prefix}linear1.bias`, p.linear1.bias],
+      [`${prefix}linear2.weight`, p.linear2.weight],
+      [`${prefix}linear2.bias`, p.linear2.bias],
+    );
+  }
+  return entries.filter((e): e is [string, W] => e[1] !== undefined);
+}

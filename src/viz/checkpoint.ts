@@ -38,8 +38,6 @@ export function stackFromSafetensors(bytes: Uint8Array, name = 'checkpoint'): Ch
     return fail(
       `no '${TOKENIZER_KEY}' (nor the older '${LEGACY_VOCAB_KEY}') in its metadata (not a qkv checkpoint?)`,
     );
-  if (config.mlp === false)
-    fail("qkv.config field 'mlp' is false: an attention-only model has no MLP for the stack to draw");
   const vocab = Array.from({ length: tokenizer.vocabSize }, (_, id) => tokenizer.idToToken(id));
   const heads = config.numHeads;
   const stack = stackFromStateDict(tensors, { heads, vocab });

@@ -43,7 +43,7 @@ export { STEP_IDS, type StepId, type StepView, stepViews } from './specs.js';
 export {
   type AttentionStack,
   type SeededStackConfig,
-  type StackLayer,
+  type StackBlock,
   seededStack,
   stackFromStateDict,
   stackStateDict,

@@ -3,33 +3,31 @@
 // pre-LayerNorm blocks (x += Attn(LN(x)); x += MLP(LN(x)), tanh-GELU MLP), the shape of qkv's
 // TinyTransformer. One decision to know: weights come from one boundary — `seededStack` (deterministic,
 // untrained) or `stackFromStateDict` (a checkpoint's tensors under PyTorch nn.TransformerEncoderLayer
-// names) — and both hold one weight format, a record named and shaped by the parameter table
-// (model/params.ts), of which each StackLayer is a view; traceStack runs the library's own block forward.
+// names) — and both hold one weight format, the block forward's own parameters (BlockParams of Tensors,
+// read from a record named and shaped by the parameter table, model/params.ts, by blockParamsFrom), which
+// traceStack hands to the library's block forward as they are. A checkpoint of an attention-only model
+// (mlp: false) gives attention-only blocks.
 
 import { checkVocabulary, formatFound, nonFiniteAt } from '../io/checks.js';
-import { type BlockDims, blockParamSpecs, fillInit } from '../model/params.js';
+import type { AttentionBlockParams, BlockParams } from '../model/block.js';
+import {
+  type BlockDims,
+  blockParamEntries,
+  blockParamSpecs,
+  blockParamsFrom,
+  fillInit,
+} from '../model/params.js';
 import { Generator } from '../random.js';
 import { formatShape } from '../shape.js';
 import { Tensor, type TensorLike, toTensor } from '../tensor.js';
 import { hashToken } from './tokens.js';
 
-/** One block's weights, PyTorch layout: a linear map is weight [out, in] and y = x·Wᵀ + b. */
-export interface StackLayer {
-  norm1: { weight: Float32Array; bias: Float32Array };
-  wq: Tensor; // [H·dK, D]
-  wk: Tensor; // [H·dK, D]
-  wv: Tensor; // [H·dV, D]
-  bq: Float32Array;
-  bk: Float32Array;
-  bv: Float32Array;
-  wo: Tensor; // [D, H·dV]
-  bo: Float32Array;
-  norm2: { weight: Float32Array; bias: Float32Array };
-  fc1: Tensor; // [F, D]
-  b1: Float32Array;
-  fc2: Tensor; // [D, F]
-  b2: Float32Array;
-}
+/**
+ * One block's weights, as the block forward takes them (PyTorch layout: a linear map is weight [out, in]
+ * and y = x·Wᵀ + b; q, k and v packed in one inProjWeight [3D, D] when each is [D, D], else separate).
+ * Without linear1 (an AttentionBlockParams): attention only.
+ */
+export type StackBlock = BlockParams<Tensor> | AttentionBlockParams<Tensor>;
 
 /** A stack of attention blocks plus the way it embeds tokens. */
 export interface AttentionStack {
@@ -37,7 +35,7 @@ export interface AttentionStack {
   heads: number;
   dK: number;
   dV: number;
-  layers: StackLayer[];
+  layers: StackBlock[];
   /** One line for the page: where the weights came from. */
   description: string;
   /** Token embeddings [L, D] (already scaled, e.g. ×√D), without positions. */
@@ -62,42 +60,6 @@ export interface SeededStackConfig {
   heads: number;
   layers: number;
   seed: number;
-}
-
-/**
- * Block `prefix` ('layers.0.') of a record of PyTorch-named tensors as a StackLayer whose arrays are views
- * of the record's (a packed in_proj_weight [3D, D] is read as three [D, D] views, not copied).
- */
-function layerView(get: (name: string) => Tensor | undefined, prefix: string): StackLayer {
-  const a = `${prefix}self_attn.`;
-  let w3: Tensor[];
-  const packed = get(`${a}in_proj_weight`);
-  if (packed) {
-    const D = packed.shape[1];
-    w3 = [0, 1, 2].map((k) => new Tensor(packed.data.subarray(k * D * D, (k + 1) * D * D), [D, D]));
-  } else {
-    w3 = ['q', 'k', 'v'].map((x) => get(`${a}${x}_proj_weight`)!);
-  }
-  const [wq, wk, wv] = w3;
-  const qk = wq.shape[0];
-  const b = get(`${a}in_proj_bias`)!.data;
-  const data = (name: string) => get(prefix + name)!.data;
-  return {
-    norm1: { weight: data('norm1.weight'), bias: data('norm1.bias') },
-    wq,
-    wk,
-    wv,
-    bq: b.subarray(0, qk),
-    bk: b.subarray(qk, 2 * qk),
-    bv: b.subarray(2 * qk),
-    wo: get(`${a}out_proj.weight`)!,
-    bo: data('self_attn.out_proj.bias'),
-    norm2: { weight: data('norm2.weight'), bias: data('norm2.bias') },
-    fc1: get(`${prefix}linear1.weight`)!,
-    b1: data('linear1.bias'),
-    fc2: get(`${prefix}linear2.weight`)!,
-    b2: data('linear2.bias'),
-  };
 }
 
 /**
@@ -126,13 +88,13 @@ export function seededStack(config: SeededStackConfig): AttentionStack {
   const gen = new Generator(seed);
   const dims: BlockDims = { dModel: D, numHeads: H, headDim: dK, valueDim: dV, dFF: 4 * D };
   const record: Record<string, Tensor> = {};
-  const stackLayers: StackLayer[] = [];
+  const stackLayers: StackBlock[] = [];
   for (let l = 0; l < layers; l++) {
     for (const { name, shape, init } of blockParamSpecs(dims, `layers.${l}.`, 'article')) {
       record[name] = Tensor.zeros(shape);
       fillInit(init, record[name].data, gen);
     }
-    stackLayers.push(layerView((name) => record[name], `layers.${l}.`));
+    stackLayers.push(blockParamsFrom((name) => record[name], `layers.${l}.`));
   }
   const embed = (tokens: readonly string[]): Tensor => {
     const x = new Float32Array(tokens.length * D);
@@ -157,49 +119,16 @@ export function seededStack(config: SeededStackConfig): AttentionStack {
 /**
  * The stack's attention and MLP tensors under the names `stackFromStateDict` reads (PyTorch's
  * nn.TransformerEncoderLayer names: packed `in_proj_weight` when H·d_k = H·d_v = D, else
- * `q_proj_weight` / `k_proj_weight` / `v_proj_weight`). The embedding is not included: a seeded stack
- * embeds any word, so the caller adds `embedding.weight` for the vocabulary it wants.
+ * `q_proj_weight` / `k_proj_weight` / `v_proj_weight`), copied. The embedding is not included: a seeded
+ * stack embeds any word, so the caller adds `embedding.weight` for the vocabulary it wants.
  */
 export function stackStateDict(stack: AttentionStack): Record<string, Tensor> {
   const out: Record<string, Tensor> = {};
-  const { dModel: D, heads: H, dK, dV } = stack;
-  stack.layers.forEach((l, i) => {
-    const dims: BlockDims = { dModel: D, numHeads: H, headDim: dK, valueDim: dV, dFF: l.fc1.shape[0] };
-    const prefix = `layers.${i}.`;
-    for (const { name, shape } of blockParamSpecs(dims, prefix)) {
-      out[name] = new Tensor(concat(STACK_FIELDS[name.slice(prefix.length)](l)), shape);
+  stack.layers.forEach((layer, i) => {
+    for (const [name, t] of blockParamEntries(layer, `layers.${i}.`)) {
+      out[name] = new Tensor(Float32Array.from(t.data), [...t.shape]);
     }
   });
-  return out;
-}
-
-/** Where each block tensor of the parameter table sits in a StackLayer (several arrays: packed in order). */
-const STACK_FIELDS: Record<string, (l: StackLayer) => Float32Array[]> = {
-  'norm1.weight': (l) => [l.norm1.weight],
-  'norm1.bias': (l) => [l.norm1.bias],
-  'self_attn.in_proj_weight': (l) => [l.wq.data, l.wk.data, l.wv.data],
-  'self_attn.q_proj_weight': (l) => [l.wq.data],
-  'self_attn.k_proj_weight': (l) => [l.wk.data],
-  'self_attn.v_proj_weight': (l) => [l.wv.data],
-  'self_attn.in_proj_bias': (l) => [l.bq, l.bk, l.bv],
-  'self_attn.out_proj.weight': (l) => [l.wo.data],
-  'self_attn.out_proj.bias': (l) => [l.bo],
-  'norm2.weight': (l) => [l.norm2.weight],
-  'norm2.bias': (l) => [l.norm2.bias],
-  'linear1.weight': (l) => [l.fc1.data],
-  'linear1.bias': (l) => [l.b1],
-  'linear2.weight': (l) => [l.fc2.data],
-  'linear2.bias': (l) => [l.b2],
-};
-
-/** A fresh array holding `parts` one after another. */
-function concat(parts: Float32Array[]): Float32Array {
-  const out = new Float32Array(parts.reduce((n, p) => n + p.length, 0));
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.length;
-  }
   return out;
 }
 
@@ -262,55 +191,65 @@ export function stackFromStateDict(
       `${fn}: vocab has ${vocab.length} entries but embedding.weight is ${formatShape(emb.shape)}`,
     );
   }
-  const layers: StackLayer[] = [];
+  const layers: StackBlock[] = [];
+  let widths: { qk: number; vd: number; mlp: boolean } | undefined; // layer 0's, which every layer must share
   for (let i = 0; `layers.${i}.norm1.weight` in dict; i++) {
     const p = `layers.${i}.`;
     const a = `${p}self_attn.`;
     const b = get(`${a}in_proj_bias`, 1).data;
-    let w3: Tensor[];
+    let qk: number;
+    let vd: number;
     if (`${a}in_proj_weight` in dict) {
       // PyTorch packs Q, K and V only when all three are D wide: [3D, D].
-      const w = getShaped(`${a}in_proj_weight`, [3 * D, D], '[3·D, D] = ');
-      w3 = [0, 1, 2].map((k) => new Tensor(w.data.subarray(k * D * D, (k + 1) * D * D), [D, D]));
+      getShaped(`${a}in_proj_weight`, [3 * D, D], '[3·D, D] = ');
+      qk = vd = D;
     } else {
-      w3 = ['q', 'k', 'v'].map((x) => get(`${a}${x}_proj_weight`, 2));
-      if (w3[1].shape[0] !== w3[0].shape[0])
-        fail(`'${a}k_proj_weight' ${formatShape(w3[1].shape)} must match q_proj ${formatShape(w3[0].shape)}`);
+      const [wq, wk, wv] = ['q', 'k', 'v'].map((x) => get(`${a}${x}_proj_weight`, 2));
+      if (wk.shape[0] !== wq.shape[0])
+        fail(`'${a}k_proj_weight' ${formatShape(wk.shape)} must match q_proj ${formatShape(wq.shape)}`);
+      qk = wq.shape[0];
+      vd = wv.shape[0];
+      if (
+        qk === 0 ||
+        vd === 0 ||
+        qk % H !== 0 ||
+        vd % H !== 0 ||
+        [wq, wk, wv].some((w) => w.shape[1] !== D)
+      ) {
+        throw new RangeError(
+          `${fn}: layer ${i} q_proj ${formatShape(wq.shape)} / v_proj ${formatShape(wv.shape)} do not split into ${H} heads over d_model ${D}`,
+        );
+      }
     }
-    const [wq, wk, wv] = w3;
-    const qk = wq.shape[0];
-    const vd = wv.shape[0];
+    if (qk % H !== 0) fail(`d_model ${D} does not split into ${H} heads`);
     if (b.length !== 2 * qk + vd) {
       throw new RangeError(`${fn}: '${a}in_proj_bias' has ${b.length} values, expected ${2 * qk + vd}`);
     }
-    if (
-      qk === 0 ||
-      vd === 0 ||
-      qk % H !== 0 ||
-      vd % H !== 0 ||
-      wq.shape[1] !== D ||
-      wk.shape[1] !== D ||
-      wv.shape[1] !== D
-    ) {
-      throw new RangeError(
-        `${fn}: layer ${i} q_proj ${formatShape(wq.shape)} / v_proj ${formatShape(wv.shape)} do not split into ${H} heads over d_model ${D}`,
-      );
-    }
-    if (i > 0 && (qk !== layers[0].wq.shape[0] || vd !== layers[0].wv.shape[0])) {
+    // An attention-only block (mlp: false) has no norm2, linear1 or linear2.
+    const mlp = `${p}linear1.weight` in dict || `${p}norm2.weight` in dict || `${p}linear2.weight` in dict;
+    widths ??= { qk, vd, mlp };
+    if (qk !== widths.qk || vd !== widths.vd) {
       fail(
-        `layer ${i} has d_k ${qk / H} and d_v ${vd / H} per head but layer 0 has d_k ${layers[0].wq.shape[0] / H} and d_v ${layers[0].wv.shape[0] / H}`,
+        `layer ${i} has d_k ${qk / H} and d_v ${vd / H} per head but layer 0 has d_k ${widths.qk / H} and d_v ${widths.vd / H}`,
       );
     }
-    const fc1 = get(`${p}linear1.weight`, 2);
-    const F = fc1.shape[0];
-    if (fc1.shape[1] !== D) fail(`'${p}linear1.weight' must be [F, ${D}], got ${formatShape(fc1.shape)}`);
+    if (mlp !== widths.mlp)
+      fail(
+        `layer ${i} ${mlp ? 'has' : 'has no'} MLP (linear1, linear2, norm2) but layer 0 ${widths.mlp ? 'has' : 'has none'}`,
+      );
+    let F = 0;
+    if (mlp) {
+      const fc1 = get(`${p}linear1.weight`, 2);
+      F = fc1.shape[0];
+      if (fc1.shape[1] !== D) fail(`'${p}linear1.weight' must be [F, ${D}], got ${formatShape(fc1.shape)}`);
+    }
     // Every other tensor as the parameter table shapes it for these widths (q, k and v were read above,
     // packed or not as the file stores them).
-    const dims: BlockDims = { dModel: D, numHeads: H, headDim: qk / H, valueDim: vd / H, dFF: F };
+    const dims: BlockDims = { dModel: D, numHeads: H, headDim: qk / H, valueDim: vd / H, dFF: F, mlp };
     for (const { name, shape } of blockParamSpecs(dims, p)) {
       if (!name.endsWith('_proj_weight')) getShaped(name, shape);
     }
-    layers.push(layerView((name) => checked[name], p));
+    layers.push(blockParamsFrom((name) => checked[name], p, mlp));
   }
   if (layers.length === 0) throw new Error(`${fn}: no layers (expected 'layers.0.norm1.weight' and friends)`);
   const index = new Map(vocab.map((w, i) => [w, i]));
@@ -332,8 +271,8 @@ export function stackFromStateDict(
   return {
     dModel: D,
     heads: H,
-    dK: layers[0].wq.shape[0] / H,
-    dV: layers[0].wv.shape[0] / H,
+    dK: widths!.qk / H,
+    dV: widths!.vd / H,
     layers,
     description: options.description ?? `checkpoint (${layers.length} layers, ${H} heads, d_model ${D})`,
     embed,

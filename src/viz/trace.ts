@@ -14,13 +14,12 @@ import {
   attend,
   type BlockAttentionOptions,
   type BlockObserver,
-  type BlockParams,
   transformerBlock,
 } from '../model/block.js';
 import { tensorOps } from '../model/ops-tensor.js';
 import { sinusoidalPositionalEncoding } from '../position/sinusoidal.js';
 import { Tensor } from '../tensor.js';
-import type { AttentionStack, StackLayer } from './stack.js';
+import type { AttentionStack, StackBlock } from './stack.js';
 
 /** Options of {@link traceStack}: the mask, the scaling, the experiments, and the head to keep. */
 export interface TraceOptions {
@@ -82,27 +81,45 @@ export interface StackTrace {
   steps: HeadSteps;
 }
 
-/** A StackLayer as the block forward's parameters (its arrays wrapped, not copied; the q|k|v biases packed). */
-function blockParamsOf(layer: StackLayer, tieQK: boolean): BlockParams<Tensor> {
-  const vec = (a: Float32Array) => new Tensor(a, [a.length]);
-  const bk = tieQK ? layer.bq : layer.bk; // W_K := W_Q and b_K := b_Q
-  const inProjBias = new Float32Array(2 * layer.bq.length + layer.bv.length);
-  inProjBias.set(layer.bq);
-  inProjBias.set(bk, layer.bq.length);
-  inProjBias.set(layer.bv, layer.bq.length + bk.length);
+/**
+ * A block's parameters with W_K := W_Q and b_K := b_Q (the article's tie; a packed inProjWeight is read as
+ * its three [D, D] row blocks, views, not copies); untied, the block as it is.
+ */
+function tiedQK(layer: StackBlock, tie: boolean): StackBlock {
+  if (!tie) return layer;
+  const a = layer.selfAttn;
+  let wq = a.qProjWeight;
+  let wv = a.vProjWeight;
+  if (a.inProjWeight) {
+    const [rows3, D] = a.inProjWeight.shape;
+    const rows = (k: number) =>
+      new Tensor(a.inProjWeight!.data.subarray(k * (rows3 / 3) * D, (k + 1) * (rows3 / 3) * D), [
+        rows3 / 3,
+        D,
+      ]);
+    wq = rows(0);
+    wv = rows(2);
+  }
+  const qk = wq!.shape[0];
+  let inProjBias = a.inProjBias;
+  if (inProjBias) {
+    const b = inProjBias.data;
+    const tied = new Float32Array(b.length);
+    tied.set(b.subarray(0, qk));
+    tied.set(b.subarray(0, qk), qk);
+    tied.set(b.subarray(2 * qk), 2 * qk);
+    inProjBias = new Tensor(tied, [b.length]);
+  }
   return {
-    norm1: { weight: vec(layer.norm1.weight), bias: vec(layer.norm1.bias) },
+    ...layer,
     selfAttn: {
-      qProjWeight: layer.wq,
-      kProjWeight: tieQK ? layer.wq : layer.wk,
-      vProjWeight: layer.wv,
-      inProjBias: vec(inProjBias),
-      outProjWeight: layer.wo,
-      outProjBias: vec(layer.bo),
+      ...a,
+      inProjWeight: undefined,
+      qProjWeight: wq,
+      kProjWeight: wq,
+      vProjWeight: wv,
+      inProjBias,
     },
-    norm2: { weight: vec(layer.norm2.weight), bias: vec(layer.norm2.bias) },
-    linear1: { weight: layer.fc1, bias: vec(layer.b1) },
-    linear2: { weight: layer.fc2, bias: vec(layer.b2) },
   };
 }
 
@@ -175,8 +192,8 @@ export function traceStack(
   const focusOnly = Boolean(options.focusOnly);
   const layers = focusOnly ? stack.layers.slice(0, focus.layer + 1) : stack.layers;
 
-  layers.forEach((layer: StackLayer, l) => {
-    const p = blockParamsOf(layer, Boolean(options.tieQK));
+  layers.forEach((layer: StackBlock, l) => {
+    const p = tiedQK(layer, Boolean(options.tieQK));
     // What the block shows as it runs: LN1(x), q, k, v [1, L, H·E], the heads' outputs and weights.
     const seen: { normed?: Tensor; q?: Tensor; k?: Tensor; v?: Tensor; heads?: Tensor; w?: Tensor } = {};
     const observer: BlockObserver<Tensor> = {
@@ -191,7 +208,7 @@ export function traceStack(
       observer.normed!(normed);
       attend(tensorOps, p.selfAttn, normed, undefined, attention, observer);
     } else {
-      x = transformerBlock(tensorOps, p, x, { attention, observer }).x;
+      x = transformerBlock(tensorOps, p, x, { attention, observer, mlp: 'linear1' in p }).x;
     }
     const w = seen.w!; // [1, H, L, L]
     if (!focusOnly) weights.push(w.reshape([H, L, L]));
