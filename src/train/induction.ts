@@ -147,6 +147,7 @@ function inductionDisplay(words: readonly string[], L: number): TaskDisplay {
       'an induction stripe: each token of the second copy looks at the token after its first occurrence',
     layers: 'last',
     sentences: false,
+    inductionScore: true,
   };
 }
 

@@ -49,6 +49,11 @@ export interface TaskDisplay {
   layers: 'last' | 'all';
   /** Its models read sentences of words, so views that take typed sentences can show them. */
   sentences: boolean;
+  /**
+   * Views also track the best head's induction score (inductionScore) as the model learns, beside the loss
+   * (the induction task: its phase change). Default false.
+   */
+  inductionScore?: boolean;
 }
 
 /** A training task. */

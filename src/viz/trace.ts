@@ -10,12 +10,7 @@
 
 import { linear } from '../kernels/matmul.js';
 import { isVisible } from '../kernels/visibility.js';
-import {
-  attend,
-  type BlockAttentionOptions,
-  type BlockObserver,
-  transformerBlock,
-} from '../model/block.js';
+import { attend, type BlockAttentionOptions, type BlockObserver, transformerBlock } from '../model/block.js';
 import { tensorOps } from '../model/ops-tensor.js';
 import { sinusoidalPositionalEncoding } from '../position/sinusoidal.js';
 import { Tensor } from '../tensor.js';

@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Page } from 'playwright-core';
 import { expect } from 'vitest';
-import { loadCheckpoint } from '../../src/nn/index.js';
+import { inductionScore, loadCheckpoint, Trainer } from '../../src/nn/index.js';
 
 const readout = (page: Page) => page.locator('[data-testid="train-readout"]');
 const stepOf = async (page: Page) => Number(await readout(page).getAttribute('data-step'));
@@ -101,6 +101,26 @@ export async function checkTrainTab(page: Page, shots: string, pageErrors: strin
     paused,
   );
   await page.locator('#trainReset').click();
+
+  // induction, 30 steps: the best head's induction score is tracked beside the loss (steps 0, 10, 20, 30)
+  // and is the one `qkv train --task induction` measures for the same run in Node.
+  await page.locator('#trainTask').selectOption('induction');
+  await page.locator('#trainSteps').fill('30');
+  await page.locator('#trainStart').click();
+  await waitForState(page, 'done');
+  const trainer = new Trainer({ task: 'induction', steps: 30, seed: 0 });
+  while (!trainer.done) trainer.trainStep();
+  const node = inductionScore(trainer.model);
+  const shown = Number(await page.locator('[data-testid="train-induction"]').getAttribute('data-value'));
+  expect(shown).toBeCloseTo(node.score, 4);
+  expect(await readout(page).textContent()).toContain(`(head ${node.layer}.${node.head}; highest so far`);
+  expect(await page.locator('[data-testid="train-chart"]').getAttribute('data-induction-points')).toBe('4');
+  expect(await page.locator('[data-testid="train-chart"] svg path').count()).toBe(3); // loss, its mean, the score
+  expect(await page.locator('[data-testid="train-status"]').textContent()).toMatch(
+    /Done: 30 steps of induction .*, best induction score [0-9.]+ → [0-9.]+ \(head [0-9]\.[0-9]\)/,
+  );
+  await page.locator('#trainReset').click();
+  expect(await page.locator('[data-testid="train-chart"]').getAttribute('data-induction-points')).toBeNull();
 
   // pronoun: "Use this model" shows it in the other views; "Download checkpoint" saves loadable bytes.
   await page.locator('#text').fill("The animal didn't cross the street because it was too tired");

@@ -64,6 +64,11 @@ export interface TrainAttention {
    * "animal"), i.e. where attention should look.
    */
   predictions: { position: number; token: string; target: string; key: number }[];
+  /**
+   * A task whose display asks for it (the induction task): the best head's induction score at this step (inductionScore, as `qkv train
+   * --task induction` records it every 10 steps), so the page can draw its jump beside the loss.
+   */
+  induction?: { score: number; layer: number; head: number };
 }
 
 export type TrainResponse =

@@ -5,7 +5,7 @@
 // two steps. Same task, steps and seed as `qkv train` give the same run: this is the same Trainer. The
 // sample and its scored positions come from the task (`task.display`), its ids from the task's tokenizer.
 
-import { autograd, type ScoredPosition, type Task, Trainer } from 'qkv/nn';
+import { autograd, inductionScore, type ScoredPosition, type Task, Trainer } from 'qkv/nn';
 import {
   ATTENTION_EVERY,
   type TrainAttention,
@@ -85,6 +85,7 @@ function postAttention(t: Trainer, s: Sample | undefined): void {
     heads: t.model.config.numHeads,
     weights: copies,
     predictions,
+    ...(t.task.display?.inductionScore ? { induction: inductionScore(t.model) } : {}),
   };
   post(
     message,

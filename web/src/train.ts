@@ -1,4 +1,5 @@
-// The Train tab: task, steps and seed; Start / Pause / Reset; a live loss curve (qkv's lineChartSvg) and the
+// The Train tab: task, steps and seed; Start / Pause / Reset; a live loss curve (qkv's lineChartSvg; for the
+// induction task with the best head's induction score beside it, as `qkv train` plots it) and the
 // sample's attention maps (the page's HeatmapCard) as the model learns; "Use this model", "Generate with
 // this model" (a decoder: copy, reverse) and "Download checkpoint". One decision to know: training runs in
 // a worker of its own (train-worker.ts), created on the first Start, so the compute worker that draws the
@@ -81,6 +82,8 @@ export function setupTrainTab(host: TrainTabHost): void {
   let last: TrainStep | undefined;
   let attention: TrainAttention | undefined;
   let losses: number[] = [];
+  /** The induction task: the best head's induction score at each attention message's step. */
+  let scores: { step: number; score: number; layer: number; head: number }[] = [];
   let cards: HeatmapCard[] = [];
   let chartQueued = false;
 
@@ -141,7 +144,7 @@ export function setupTrainTab(host: TrainTabHost): void {
       ? `step <b data-testid="train-step">${s.step}</b>/${steps} · loss <b data-testid="train-loss">${fmtLoss(s.loss)}</b>` +
         ` (first ${fmtLoss(losses[0])}, mean of the last ${Math.min(MEAN_OF, losses.length)} ${fmtLoss(meanOfLast(losses, MEAN_OF))})` +
         ` · lr ${s.lr.toExponential(2)} · <b data-testid="train-tps">${Math.round(s.tokensPerSecond)}</b> tokens/s` +
-        ` · ${s.stepMs.toFixed(0)} ms/step${eta}`
+        ` · ${s.stepMs.toFixed(0)} ms/step${eta}${inductionText()}`
       : `step <b data-testid="train-step">0</b>/${steps} · loss –`;
     readout.dataset.step = String(s?.step ?? 0);
     readout.dataset.steps = String(steps);
@@ -154,10 +157,25 @@ export function setupTrainTab(host: TrainTabHost): void {
     }
   }
 
+  /** The induction task's readout: the best head's score now, and at its best so far. */
+  function inductionText(): string {
+    const now = scores.at(-1);
+    if (!now) return '';
+    const top = scores.reduce((a, b) => (b.score > a.score ? b : a));
+    return (
+      ` · best induction score <b data-testid="train-induction" data-value="${now.score}">${now.score.toFixed(3)}</b>` +
+      ` (head ${now.layer}.${now.head}; highest so far ${top.score.toFixed(3)} at step ${top.step})`
+    );
+  }
+
   function drawChart(): void {
     chartQueued = false;
     if (losses.length === 0) {
       chart.innerHTML = '<p class="note">The loss curve appears with the first step.</p>';
+      return;
+    }
+    if (display?.inductionScore) {
+      drawInductionChart();
       return;
     }
     const series = [{ label: 'loss per step', values: losses, color: '#9aa4b8' }];
@@ -174,6 +192,34 @@ export function setupTrainTab(host: TrainTabHost): void {
       height: 260,
     });
     chart.dataset.points = String(losses.length);
+  }
+
+  /**
+   * The induction task, as `qkv train --task induction` plots it: the loss ÷ ln V (1 = chance) and the best
+   * head's induction score on one [0, 1] axis, so the loss's fall and the score's jump line up.
+   */
+  function drawInductionChart(): void {
+    const s = ready!.settings;
+    const chance = Math.log(getTask(s.task).model.vocabSize);
+    const score = new Array<number>(losses.length).fill(Number.NaN); // NaN: no point at that step
+    for (const r of scores) if (r.step >= 1 && r.step <= losses.length) score[r.step - 1] = r.score;
+    const series = [
+      { label: 'loss ÷ ln V per step', values: losses.map((x) => x / chance), color: '#9aa4b8' },
+    ];
+    if (losses.length >= MEAN_OF)
+      series.push({
+        label: `mean of ${MEAN_OF} steps`,
+        values: runningMean(losses, MEAN_OF).map((x) => x / chance),
+        color: '#2b59c3',
+      });
+    series.push({ label: 'best induction score', values: score, color: '#d9480f' });
+    chart.innerHTML = lineChartSvg(series, {
+      title: `${s.task}, seed ${s.seed}: loss ÷ ln V (chance = 1) and the best induction score, step ${losses.length} of ${s.steps}`,
+      width: 640,
+      height: 260,
+    });
+    chart.dataset.points = String(losses.length);
+    chart.dataset.inductionPoints = String(scores.length);
   }
 
   /** Coalesces per-step redraws of the chart into one per frame. */
@@ -256,6 +302,11 @@ export function setupTrainTab(host: TrainTabHost): void {
     } else if (m.kind === 'attention') {
       if (!ready) return;
       attention = m;
+      if (m.induction) {
+        scores.push({ step: m.step, ...m.induction });
+        drawReadout();
+        queueChart();
+      }
       drawMaps();
     } else if (m.kind === 'state') {
       // 'idle' only confirms a Reset the page has already shown; anything else from a reset run is stale.
@@ -307,7 +358,13 @@ export function setupTrainTab(host: TrainTabHost): void {
     const next = display?.sentences
       ? 'Use this model to look inside it in the other views, or download its checkpoint.'
       : 'Generate with this model continues prompts with it in the Generate tab; Download saves its checkpoint (the other views take pronoun models only).';
-    return `Done: ${s.steps} steps of ${s.task} in ${secs} of training, ${loss}. ${next}`;
+    const first = scores[0];
+    const now = scores.at(-1);
+    const induction =
+      first && now
+        ? `, best induction score ${first.score.toFixed(3)} → ${now.score.toFixed(3)} (head ${now.layer}.${now.head})`
+        : '';
+    return `Done: ${s.steps} steps of ${s.task} in ${secs} of training, ${loss}${induction}. ${next}`;
   }
 
   startBtn.addEventListener('click', () => {
@@ -346,6 +403,8 @@ export function setupTrainTab(host: TrainTabHost): void {
     last = undefined;
     attention = undefined;
     losses = [];
+    scores = [];
+    delete chart.dataset.inductionPoints;
     layerSel.replaceChildren();
     syncControls();
     drawReadout();
