@@ -6,10 +6,13 @@ import { formatValue } from './shape.js';
 
 /** A seeded pseudo-random generator (xoshiro128**, seeded through splitmix32). */
 export class Generator {
-  private s0 = 0;
-  private s1 = 0;
-  private s2 = 0;
-  private s3 = 0;
+  /**
+   * The four 32-bit words of state, as int32 in a typed array rather than four number fields: a word
+   * ≥ 2³¹ is not a small integer, so a field holding it would be a boxed double, allocated again on every
+   * write (measured: 18.5 ns a draw that way, a few ns this way). Every operation on the words is a 32-bit
+   * one (imul, xor, shifts), so the stream is the same bit for bit.
+   */
+  private readonly s = new Int32Array(4);
   /** A second normal deviate left over from the last Box–Muller pair. */
   private spare: number | undefined;
 
@@ -29,24 +32,27 @@ export class Generator {
       z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35) >>> 0;
       return (z ^ (z >>> 16)) >>> 0;
     };
-    this.s0 = next();
-    this.s1 = next();
-    this.s2 = next();
-    this.s3 = next();
+    const s = this.s;
+    s[0] = next();
+    s[1] = next();
+    s[2] = next();
+    s[3] = next();
     this.spare = undefined;
     return this;
   }
 
   /** A uniform 32-bit unsigned integer. */
   nextUint32(): number {
-    const result = Math.imul(rotl(Math.imul(this.s1, 5), 7), 9) >>> 0;
-    const t = this.s1 << 9;
-    this.s2 ^= this.s0;
-    this.s3 ^= this.s1;
-    this.s1 ^= this.s2;
-    this.s0 ^= this.s3;
-    this.s2 ^= t;
-    this.s3 = rotl(this.s3, 11);
+    const s = this.s;
+    const s1 = s[1];
+    const result = Math.imul(rotl(Math.imul(s1, 5), 7), 9) >>> 0;
+    const t = s1 << 9;
+    s[2] ^= s[0];
+    s[3] ^= s1;
+    s[1] = s1 ^ s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 11);
     return result;
   }
 
@@ -62,7 +68,8 @@ export class Generator {
    * resumed run draws exactly what an uninterrupted one would (`setState`).
    */
   getState(): [number, number, number, number, number | null] {
-    return [this.s0 >>> 0, this.s1 >>> 0, this.s2 >>> 0, this.s3 >>> 0, this.spare ?? null];
+    const s = this.s;
+    return [s[0] >>> 0, s[1] >>> 0, s[2] >>> 0, s[3] >>> 0, this.spare ?? null];
   }
 
   /** Restores a state from `getState`; throws on anything else. */
@@ -74,7 +81,7 @@ export class Generator {
       (state[4] === null || Number.isFinite(state[4]));
     if (!ok)
       throw new TypeError(`Generator.setState: expected a state from getState(), got ${formatValue(state)}`);
-    [this.s0, this.s1, this.s2, this.s3] = state as number[];
+    this.s.set(state.slice(0, 4) as number[]);
     this.spare = state[4] === null ? undefined : (state[4] as number);
     return this;
   }
