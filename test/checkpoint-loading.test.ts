@@ -327,6 +327,16 @@ describe('checkpoint metadata is validated (regression: scaleScores "no" ran as 
     expect(() => stackFromStateDict(mixed, { heads: 2, vocab })).toThrow(
       'stackFromStateDict: layer 1 has no MLP (linear1, linear2, norm2) but layer 0 has',
     );
+    // A layer whose norm1.weight is missing is not silently the end of the stack.
+    const gap = Object.fromEntries(Object.entries(withMlp).filter(([n]) => n !== 'layers.1.norm1.weight'));
+    expect(() => stackFromStateDict(gap, { heads: 2, vocab })).toThrow(
+      /stackFromStateDict: 'layers\.1\.[a-z_.0-9]+' belongs to a layer after the 1 read, but 'layers\.1\.norm1\.weight' is missing/,
+    );
+    // An MLP of width 0 is refused where it is read, not deep inside a trace.
+    const empty = { ...withMlp, 'layers.0.linear1.weight': new Tensor(new Float32Array(0), [0, 8]) };
+    expect(() => stackFromStateDict(empty, { heads: 2, vocab })).toThrow(
+      "stackFromStateDict: 'layers.0.linear1.weight' must be [F, 8] with F ≥ 1, got [0,8]",
+    );
   });
 
   it('stackFromSafetensors says when the checkpoint was trained without ÷√d_k', () => {

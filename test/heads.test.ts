@@ -330,6 +330,13 @@ describe('the induction task', () => {
     expect(() => inductionScore(positional, { lengths: [] })).toThrow(
       'inductionScore: lengths must name at least one probe length',
     );
+    expect(() => inductionScore(positional, { lengths: 4 as unknown as number[] })).toThrow(
+      'inductionScore: lengths must be an array of probe lengths, got 4',
+    );
+    // A repeated length counts once.
+    expect(inductionScore(positional, { lengths: [8, 8, 16] })).toEqual(
+      inductionScore(positional, { lengths: [8, 16] }),
+    );
   });
 
   it('the default task, seed 1: the induction score jumps, in layer 1, where the loss falls', () => {

@@ -154,20 +154,28 @@ function inductionDisplay(words: readonly string[], L: number): TaskDisplay {
 /**
  * The best head's induction score for the task's runs: each head's headScores induction score averaged over
  * probes of three lengths n (⌊maxLen/4⌋, ⌊3·maxLen/8⌋ and ⌊maxLen/2⌋ tokens, repeated twice; `lengths`
- * overrides them), then the best head. One decision to know: a single probe length is a single offset
- * (n − 1) between each query and the key it scores, and a head that attends at that fixed offset scores
- * near 1 on it without reading any token; in these runs such a head appears in layer 0 before any circuit
- * forms (0.94 at n = 16 in one run). Averaged over three offsets, a positional head scores about a third,
- * an induction head — which follows the tokens — the same at every length.
+ * overrides them; repeats count once), then the best head. Fewer lengths when maxLen < 8: two at 6–7, one
+ * (n = 2) at 4–5, where the fixed-offset caveat below applies again; maxLen < 4 has no probe.
+ * One decision to know: a single probe length is a single offset (n − 1) between each query and the key it
+ * scores, and a head that attends at that fixed offset scores near 1 on it without reading any token; in
+ * these runs such a head appears in layer 0 before any circuit forms (0.94 at n = 16 in one run). Averaged
+ * over three offsets, a positional head scores about a third, an induction head — which follows the
+ * tokens — the same at every length.
  */
 export function inductionScore(
   model: AttentionModel,
   { seed = 1, count = 8, lengths }: { seed?: number; count?: number; lengths?: readonly number[] } = {},
 ): { score: number; layer: number; head: number } {
   const L = model.config.maxLen;
-  const ns =
-    lengths ??
-    [...new Set([Math.floor(L / 4), Math.floor((3 * L) / 8), Math.floor(L / 2)])].filter((n) => n >= 2);
+  if (lengths !== undefined && !Array.isArray(lengths))
+    throw new TypeError(
+      `inductionScore: lengths must be an array of probe lengths, got ${formatValue(lengths)}`,
+    );
+  const ns = [
+    ...new Set(
+      lengths ?? [Math.floor(L / 4), Math.floor((3 * L) / 8), Math.floor(L / 2)].filter((n) => n >= 2),
+    ),
+  ];
   if (ns.length === 0) {
     throw new RangeError(
       lengths

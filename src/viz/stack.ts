@@ -241,7 +241,8 @@ export function stackFromStateDict(
     if (mlp) {
       const fc1 = get(`${p}linear1.weight`, 2);
       F = fc1.shape[0];
-      if (fc1.shape[1] !== D) fail(`'${p}linear1.weight' must be [F, ${D}], got ${formatShape(fc1.shape)}`);
+      if (F === 0 || fc1.shape[1] !== D)
+        fail(`'${p}linear1.weight' must be [F, ${D}] with F ≥ 1, got ${formatShape(fc1.shape)}`);
     }
     // Every other tensor as the parameter table shapes it for these widths (q, k and v were read above,
     // packed or not as the file stores them).
@@ -252,6 +253,16 @@ export function stackFromStateDict(
     layers.push(blockParamsFrom((name) => checked[name], p, mlp));
   }
   if (layers.length === 0) throw new Error(`${fn}: no layers (expected 'layers.0.norm1.weight' and friends)`);
+  // Layers are read while layers.i.norm1.weight exists: a tensor of a later layer means one went missing.
+  const stray = Object.keys(dict).find((name) => {
+    const m = /^layers\.(\d+)\./.exec(name);
+    return m !== null && Number(m[1]) >= layers.length;
+  });
+  if (stray !== undefined) {
+    fail(
+      `'${stray}' belongs to a layer after the ${layers.length} read, but 'layers.${layers.length}.norm1.weight' is missing`,
+    );
+  }
   const index = new Map(vocab.map((w, i) => [w, i]));
   const embedScale = options.embedScale ?? Math.sqrt(D);
   const embed = (tokens: readonly string[]): Tensor => {

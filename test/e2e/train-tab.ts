@@ -122,6 +122,18 @@ export async function checkTrainTab(page: Page, shots: string, pageErrors: strin
   await page.locator('#trainReset').click();
   expect(await page.locator('[data-testid="train-chart"]').getAttribute('data-induction-points')).toBeNull();
 
+  // Reset right after Start, before the worker has answered: the run's late messages ('ready', its first
+  // steps) must not bring it back (regression: the tab stayed "running" with the controls locked).
+  await page.evaluate(() => {
+    document.getElementById('trainStart')!.click();
+    document.getElementById('trainReset')!.click();
+  });
+  await page.waitForTimeout(1500);
+  expect(await readout(page).getAttribute('data-state')).toBe('idle');
+  expect(await stepOf(page)).toBe(0);
+  expect(await page.locator('#trainStart').isDisabled()).toBe(false);
+  expect(await page.locator('#trainTask').isDisabled()).toBe(false);
+
   // pronoun: "Use this model" shows it in the other views; "Download checkpoint" saves loadable bytes.
   await page.locator('#text').fill("The animal didn't cross the street because it was too tired");
   await page.locator('#trainTask').selectOption('pronoun');

@@ -86,6 +86,8 @@ export function setupTrainTab(host: TrainTabHost): void {
   let scores: { step: number; score: number; layer: number; head: number }[] = [];
   let cards: HeatmapCard[] = [];
   let chartQueued = false;
+  /** Resets sent whose 'idle' answer has not arrived yet (see onMessage). */
+  let resetsDue = 0;
 
   const send = (req: TrainRequest) => worker?.postMessage(req);
 
@@ -286,6 +288,13 @@ export function setupTrainTab(host: TrainTabHost): void {
   }
 
   function onMessage(m: TrainResponse): void {
+    // Everything the worker sent before it read a Reset belongs to the discarded run (its 'ready' among
+    // them, which would otherwise bring that run back): drop it until the Reset's 'idle' arrives. The
+    // worker answers each reset with one 'idle', in order, so a count of those still due is enough.
+    if (resetsDue > 0) {
+      if (m.kind === 'state' && m.state === 'idle') resetsDue--;
+      return;
+    }
     if (m.kind === 'ready') {
       ready = m;
       display = getTask(m.settings.task).display;
@@ -395,6 +404,7 @@ export function setupTrainTab(host: TrainTabHost): void {
     send({ kind: 'pause' });
   });
   resetBtn.addEventListener('click', () => {
+    if (worker) resetsDue++; // send() goes nowhere without a worker: no 'idle' will come
     send({ kind: 'reset' });
     state = 'idle';
     pausing = false;
