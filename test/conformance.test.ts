@@ -1,4 +1,5 @@
-// Ring two: every registered kernel × every op it implements (registry.ts: registeredKernels, kernelOps)
+// Ring two: every registered kernel × every op it implements (backends.ts, the one table; registry.ts:
+// registeredKernels, kernelOps; GEMM's ring is test/gemm.test.ts over registeredGemmKernels)
 // equals the reference kernel on seeded random calls and on the tile edges (ggml's test-backend-ops idea).
 // One decision to know: nothing here lists kernels — a kernel is tested the day it is registered, driven
 // directly at each precision it serves; the comparisons live in test/rings/conformance.ts, where
@@ -7,6 +8,8 @@
 import { describe, expect, it } from 'vitest';
 import { planAttention } from '../src/attention/plan.js';
 import { scaledDotProductAttention, Tensor } from '../src/index.js';
+import { autoOrder, backendOps, registeredBackends } from '../src/kernels/backends.js';
+import { chooseGemmKernel, registeredGemmKernels } from '../src/kernels/gemm.js';
 import { chooseKernel, registeredKernels } from '../src/kernels/registry.js';
 import { forwardAll } from '../src/kernels/types.js';
 import { probeWasm } from '../src/kernels/wasm.js';
@@ -24,6 +27,42 @@ const TILE_EDGE_CALLS = tileEdgeCalls();
 function firstFailures(failures: string[]): string[] {
   return failures.length > 5 ? [...failures.slice(0, 5), `… and ${failures.length - 5} more`] : failures;
 }
+
+it('one backend table: every op of every backend is dispatched from it and enumerated by the rings', () => {
+  const backends = registeredBackends();
+  expect(backends[0].name).toBe('reference');
+  // The reference is the spec of every op; together the backends implement attention (both ways) and GEMM.
+  expect(backendOps(backends[0])).toEqual(['attention.forward', 'attention.backward', 'gemm']);
+  expect(new Set(backends.flatMap(backendOps))).toEqual(
+    new Set(['attention.forward', 'attention.backward', 'gemm']),
+  );
+  // Both dispatchers read the table: the same kernels, in its order, under the backends' names.
+  expect(registeredKernels()).toEqual(backends.flatMap((b) => (b.attention ? [b.attention] : [])));
+  expect(registeredGemmKernels()).toEqual(backends.flatMap((b) => (b.gemm ? [b.gemm] : [])));
+  for (const b of backends) {
+    if (b.attention) expect(b.attention.name).toBe(b.name);
+    if (b.gemm) expect(b.gemm.name).toBe(b.name);
+  }
+  // 'auto' walks the table fastest first: an attention call and a product that WASM serves go to it.
+  if (probeWasm()) {
+    const q = new Tensor(new Float32Array(8), [2, 4]);
+    const plan = planAttention('test', q, q, q, {});
+    expect(chooseKernel('test', 'auto', plan.problem, { out: new Float32Array(8) }).name).toBe(
+      autoOrder()[0].name,
+    );
+    const product = {
+      M: 2,
+      N: 2,
+      K: 2,
+      a: new Float32Array(4),
+      b: new Float32Array(4),
+      transA: false,
+      transB: false,
+      precision: 'float32',
+    } as const;
+    expect(chooseGemmKernel('test', 'auto', product).name).toBe(autoOrder()[0].name);
+  }
+});
 
 it('the registry lists the reference first, and ring two covers every other kernel and each of its ops', () => {
   const kernels = registeredKernels();

@@ -1,8 +1,10 @@
-// GEMM: the entry point every matrix product goes through, and its fallback chain (wasm → reference),
-// the attention registry's pattern. One decision to know: `precision` picks the arithmetic ('float64'
-// only the reference serves); 'auto' takes the first kernel that supports the call, and moves on to the
-// next when a kernel is refused memory at run time (KernelResourceError: it wrote nothing of C).
+// GEMM: the entry point every matrix product goes through, and its fallback chain (wasm → reference) over
+// the GEMM kernels of the one backend table (backends.ts), the attention dispatcher's pattern.
+// One decision to know: `precision` picks the arithmetic ('float64' only the reference serves); 'auto'
+// takes the first kernel that supports the call, and moves on to the next when a kernel is refused memory
+// at run time (KernelResourceError: it wrote nothing of C).
 
+import { autoOrder as backendOrder, registeredBackends } from './backends.js';
 import { referenceGemmKernel } from './gemm-reference.js';
 import type { GemmKernel, GemmProblem } from './gemm-types.js';
 import { wasmGemmKernel } from './gemm-wasm.js';
@@ -14,17 +16,17 @@ export { referenceGemmKernel, wasmGemmKernel };
 /** Names accepted by `gemm`'s kernel argument. */
 export type GemmKernelName = 'auto' | 'reference' | 'wasm';
 
-const kernels = new Map<string, GemmKernel>([
-  ['wasm', wasmGemmKernel],
-  ['reference', referenceGemmKernel],
-]);
+/** The GEMM kernels of the backend table (backends.ts), by name. */
+const kernels = new Map<string, GemmKernel>(
+  backendOrder().flatMap((b) => (b.gemm ? [[b.name, b.gemm] as const] : [])),
+);
 
-/** Fastest first; 'auto' walks it. */
-const autoOrder = ['wasm', 'reference'];
+/** Fastest first, as the backend table orders them; 'auto' walks it. */
+const autoOrder = [...kernels.keys()];
 
 /** Every registered GEMM kernel, the reference (the spec) first: what conformance tests enumerate. */
 export function registeredGemmKernels(): readonly GemmKernel[] {
-  return [referenceGemmKernel, ...[...kernels.values()].filter((k) => k !== referenceGemmKernel)];
+  return registeredBackends().flatMap((b) => (b.gemm ? [b.gemm] : []));
 }
 
 /** The kernel that serves this call; throws naming `fn` if the one asked for cannot. */

@@ -1,8 +1,9 @@
-// Kernel dispatch: a fallback chain, first kernel that supports the call wins (hono's pattern).
+// Attention dispatch: a fallback chain, first kernel that supports the call wins (hono's pattern), over the
+// attention kernels of the one backend table (backends.ts).
 // One decision to know: 'auto' never picks the reference kernel while a tiled one can serve, so a long
 // sequence never takes the materialising path by default.
 
-import { flashKernel } from './flash.js';
+import { autoOrder as backendOrder, registeredBackends } from './backends.js';
 import { referenceKernel } from './reference.js';
 import type {
   AttentionBackward,
@@ -12,25 +13,24 @@ import type {
   BackwardInputs,
   BackwardProblem,
 } from './types.js';
-import { probeWasm, wasmKernel, wasmRuntimeFailure, wasmUnavailableReason } from './wasm.js';
+import { probeWasm, wasmRuntimeFailure, wasmUnavailableReason } from './wasm.js';
 
 /** Names accepted by the `kernel` option. */
 export type KernelName = 'auto' | 'reference' | 'flash' | 'wasm';
 
 export const KERNEL_NAMES: readonly KernelName[] = ['auto', 'reference', 'flash', 'wasm'];
 
-const kernels = new Map<string, AttentionKernel>([
-  ['wasm', wasmKernel],
-  ['flash', flashKernel],
-  ['reference', referenceKernel],
-]);
+/** The attention kernels of the backend table (backends.ts), by name. */
+const kernels = new Map<string, AttentionKernel>(
+  backendOrder().flatMap((b) => (b.attention ? [[b.name, b.attention] as const] : [])),
+);
 
-/** Fastest first; 'auto' walks this list (the WASM kernel declines where WASM SIMD is missing). */
-const autoOrder: string[] = ['wasm', 'flash', 'reference'];
+/** Fastest first, as the backend table orders them; 'auto' walks this list (WASM declines where SIMD is missing). */
+const autoOrder: string[] = [...kernels.keys()];
 
-/** Every registered kernel, the reference (the spec) first: what conformance tests enumerate. */
+/** Every registered attention kernel, the reference (the spec) first: what conformance tests enumerate. */
 export function registeredKernels(): readonly AttentionKernel[] {
-  return [referenceKernel, ...[...kernels.values()].filter((k) => k !== referenceKernel)];
+  return registeredBackends().flatMap((b) => (b.attention ? [b.attention] : []));
 }
 
 /** The operations a kernel implements: every kernel runs the forward; some also the backward. */
