@@ -217,6 +217,7 @@ export function setupTrainTab(host: TrainTabHost): void {
     series.push({ label: 'best induction score', values: score, color: '#d9480f' });
     chart.innerHTML = lineChartSvg(series, {
       title: `${s.task}, seed ${s.seed}: loss ÷ ln V (chance = 1) and the best induction score, step ${losses.length} of ${s.steps}`,
+      yLabel: 'loss ÷ ln V, induction score',
       width: 640,
       height: 260,
     });
