@@ -375,6 +375,13 @@ export function rope(x: Var, numHeads: number, headDim: number, offset = 0, base
 }
 
 /**
+ * The uniforms dropout draws at a time (Generator.fillRandom), 32 KB made once per thread at import: every
+ * call overwrites what it reads before reading it, and nothing in a call runs another dropout, so sharing
+ * it is safe and no call allocates for its draws.
+ */
+const DROPOUT_UNIFORMS = new Float64Array(4096);
+
+/**
  * Inverted dropout: zeroes each element with probability p and scales the rest by 1/(1 − p), drawing from
  * `generator` (so a seed fixes the masks). The identity when p = 0. Saves one byte per element (kept or
  * not), and nothing under noGrad (the draws are still made, so the generator advances the same).
@@ -387,17 +394,24 @@ export function dropout(x: Var, p: number, generator: Generator): Var {
   const n = X.length;
   const kept = needsGrad([x]) ? new Uint8Array(n) : undefined; // 1 = kept, for the tape only
   const y = floatsLike(X, n);
-  if (kept) {
-    for (let i = 0; i < n; i++) {
-      if (generator.random() < p) {
-        y[i] = X[i] * 0; // NaN and ∞ stay NaN, as the plain product
-      } else {
-        kept[i] = 1;
-        y[i] = X[i] * scaleKept;
+  // Element i takes the i-th uniform, drawn in blocks (Generator.fillRandom: random()'s numbers, in order).
+  const u = DROPOUT_UNIFORMS;
+  for (let i0 = 0; i0 < n; i0 += u.length) {
+    const m = Math.min(u.length, n - i0);
+    generator.fillRandom(m === u.length ? u : u.subarray(0, m));
+    if (kept) {
+      for (let j = 0; j < m; j++) {
+        const i = i0 + j;
+        if (u[j] < p) {
+          y[i] = X[i] * 0; // NaN and ∞ stay NaN, as the plain product
+        } else {
+          kept[i] = 1;
+          y[i] = X[i] * scaleKept;
+        }
       }
+    } else {
+      for (let j = 0; j < m; j++) y[i0 + j] = X[i0 + j] * (u[j] < p ? 0 : scaleKept);
     }
-  } else {
-    for (let i = 0; i < n; i++) y[i] = X[i] * (generator.random() < p ? 0 : scaleKept);
   }
   const out = opResult(y, x.shape, [x], () => {
     const dy = out.grad!;
