@@ -96,26 +96,20 @@ export class Generator {
     let s1 = s[1];
     let s2 = s[2];
     let s3 = s[3];
-    for (let i = 0; i < out.length; i++) {
-      // Two nextUint32 steps, as random() takes them: 27 high bits, then 26 low bits.
-      let r = Math.imul(rotl(Math.imul(s1, 5), 7), 9) >>> 0;
-      let t = s1 << 9;
+    // nextUint32's step, with the state in locals: two per number, as random() takes them (27 high bits,
+    // then 26 low bits).
+    let hi = 0;
+    for (let k = 0; k < 2 * out.length; k++) {
+      const r = Math.imul(rotl(Math.imul(s1, 5), 7), 9) >>> 0;
+      const t = s1 << 9;
       s2 ^= s0;
       s3 ^= s1;
       s1 ^= s2;
       s0 ^= s3;
       s2 ^= t;
       s3 = rotl(s3, 11);
-      const hi = r >>> 5;
-      r = Math.imul(rotl(Math.imul(s1, 5), 7), 9) >>> 0;
-      t = s1 << 9;
-      s2 ^= s0;
-      s3 ^= s1;
-      s1 ^= s2;
-      s0 ^= s3;
-      s2 ^= t;
-      s3 = rotl(s3, 11);
-      out[i] = (hi * 67108864 + (r >>> 6)) / 9007199254740992;
+      if ((k & 1) === 0) hi = r >>> 5;
+      else out[k >> 1] = (hi * 67108864 + (r >>> 6)) / 9007199254740992;
     }
     s[0] = s0;
     s[1] = s1;
