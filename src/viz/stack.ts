@@ -203,6 +203,7 @@ export function stackFromStateDict(
       // PyTorch packs Q, K and V only when all three are D wide: [3D, D].
       getShaped(`${a}in_proj_weight`, [3 * D, D], '[3·D, D] = ');
       qk = vd = D;
+      if (D % H !== 0) fail(`d_model ${D} does not split into ${H} heads`);
     } else {
       const [wq, wk, wv] = ['q', 'k', 'v'].map((x) => get(`${a}${x}_proj_weight`, 2));
       if (wk.shape[0] !== wq.shape[0])
@@ -221,7 +222,6 @@ export function stackFromStateDict(
         );
       }
     }
-    if (qk % H !== 0) fail(`d_model ${D} does not split into ${H} heads`);
     if (b.length !== 2 * qk + vd) {
       throw new RangeError(`${fn}: '${a}in_proj_bias' has ${b.length} values, expected ${2 * qk + vd}`);
     }
