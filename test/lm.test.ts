@@ -48,6 +48,49 @@ describe('languageModelTask', () => {
     expect(task.model).toMatchObject({ vocabSize: tokenizer.vocabSize, maxLen: 16, causal: true });
   });
 
+  it('replaces round(B · repeats) training windows, the last ones, by a random segment repeated, scored on its copies', () => {
+    const task = languageModelTask({ tokenizer, train: ids, test: ids, contextLength: 40, repeats: 0.3 });
+    const eos = tokenizer.specials.eos!;
+    for (const seed of [1, 2, 3, 4, 5]) {
+      const b = task.batch(new Generator(seed), 8);
+      // round(8 · 0.3) = 2: windows 0..5 are text, 6 and 7 are repeats.
+      for (let r = 0; r < 8; r++) {
+        const row = b.ids.subarray(r * 40, r * 40 + 40);
+        const targets = b.targets.subarray(r * 40, r * 40 + 40);
+        const inText = ids.findIndex((_, s) => row.every((t, k) => ids[s + k] === t));
+        if (r < 6) {
+          expect(inText).toBeGreaterThanOrEqual(0);
+          expect(targets.every((t) => t >= 0)).toBe(true);
+          continue;
+        }
+        // The period n: the first n targets are −1, every later one is the next token of the repeat.
+        const n = targets.findIndex((t) => t !== -1);
+        expect(n).toBeGreaterThanOrEqual(8);
+        expect(n).toBeLessThanOrEqual(20); // min(64, ⌊40 / 2⌋)
+        for (let t = n; t < 40; t++) expect(row[t]).toBe(row[t - n]);
+        for (let t = n; t < 39; t++) expect(targets[t]).toBe(row[t + 1]);
+        expect(targets[39]).toBe(row[40 % n]);
+        expect(row.includes(eos)).toBe(false);
+      }
+    }
+    // The held-out split stays text.
+    const test = task.batch(new Generator(1), 8, 'test');
+    expect(test.targets.every((t) => t >= 0)).toBe(true);
+    // Segments draw from the whole vocabulary, not only the text's tokens.
+    const seen = new Set<number>();
+    for (let seed = 0; seed < 40; seed++) {
+      const b = task.batch(new Generator(seed), 8);
+      for (const id of b.ids.subarray(6 * 40)) seen.add(id);
+    }
+    expect(seen.size).toBeGreaterThan(200);
+    expect(() => languageModelTask({ tokenizer, train: ids, contextLength: 16, repeats: 1 })).toThrow(
+      /languageModelTask: repeats must be a number in \[0, 1\), got 1/,
+    );
+    expect(() => languageModelTask({ tokenizer, train: ids, contextLength: 12, repeats: 0.5 })).toThrow(
+      /repeats needs contextLength ≥ 16/,
+    );
+  });
+
   it('says what is wrong with its data', () => {
     const base = { tokenizer, contextLength: 16 };
     expect(() => languageModelTask({ ...base, train: ids.subarray(0, 16) })).toThrow(
@@ -193,21 +236,30 @@ describe('qkv train --task lm', () => {
 
   it('trains, saves every --save-every steps, and a resumed run ends where an uninterrupted one does', async () => {
     const outA = join(dir, 'a.safetensors');
-    const a = await run([...common, '--steps', '6', '--save-every', '3', '--out', outA]);
+    // Half of each batch a repeated random segment: the resumed run must draw the same ones.
+    const a = await run([...common, '--steps', '6', '--save-every', '3', '--repeats', '0.5', '--out', outA]);
     expect(a.code).toBe(0);
     expect(a.err).toMatch(/byte-level BPE, \d+ tokens .* trained in/);
-    expect(a.err).toMatch(/step 3: saved .*a\.safetensors; held-out loss \d+\.\d+ \(≈ \d+\.\d+ bits\/byte\)/);
+    expect(a.err).toMatch(
+      /step 3: saved .*a\.safetensors; held-out loss \d+\.\d+ \(≈ \d+\.\d+ bits\/byte\); best induction head \d\.\d: 0\.\d{3}\n/,
+    );
     expect(a.out).toMatch(/trained lm: 6\/6 steps/);
     expect(existsSync(`${outA}.state`)).toBe(true);
 
     // The same run stopped by Ctrl-C right after its step-3 save, then resumed: the same checkpoint.
     const outC = join(dir, 'c.safetensors');
-    const part = await run([...common, '--steps', '6', '--save-every', '3', '--out', outC], (s) => {
-      if (s.includes('step 3: saved')) process.emit('SIGINT');
-    });
+    const part = await run(
+      [...common, '--steps', '6', '--save-every', '3', '--repeats', '0.5', '--out', outC],
+      (s) => {
+        if (s.includes('step 3: saved')) process.emit('SIGINT');
+      },
+    );
     expect(part.code).toBe(130);
     expect(part.out).toMatch(/interrupted lm: 3\/6 steps/);
-    const resumed = await run([...common, '--steps', '6', '--save-every', '3', '--out', outC, '--resume']);
+    const resumed = await run([
+      ...common,
+      ...['--steps', '6', '--save-every', '3', '--repeats', '0.5', '--out', outC, '--resume'],
+    ]);
     expect(resumed.code).toBe(0);
     expect(resumed.err).toMatch(/resumed from .*c\.safetensors\.state at step 3/);
     // The same weights and metadata; only the training time each run records differs.
@@ -266,6 +318,12 @@ describe('qkv train --task lm', () => {
     );
     expect((await run([...common, '--lr', 'fast'])).err).toMatch(/--lr must be a number > 0/);
     expect((await run([...common, '--dropout', '1'])).err).toMatch(/--dropout must be a number in \[0, 1\)/);
+    expect((await run([...common, '--repeats', 'half'])).err).toMatch(
+      /--repeats must be a number in \[0, 1\), got 'half'/,
+    );
+    expect((await run(['train', '--task', 'induction', '--repeats', '0.5'])).err).toMatch(
+      /--repeats is an option of --task lm only/,
+    );
     const missing = await run([
       'train',
       '--task',

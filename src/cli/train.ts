@@ -12,6 +12,7 @@ import { tokenizerFromJSON } from '../text/registry.js';
 import { TOKENIZER_KEY, type Tokenizer } from '../text/tokenizer.js';
 import { nodeTrainPlatform } from '../threads/train-node.js';
 import { saveCheckpoint } from '../train/checkpoint.js';
+import { bestHead, headScores } from '../train/heads.js';
 import { type InductionRecord, inductionPlotSvg, inductionScore, phaseChange } from '../train/induction.js';
 import { languageModelTask } from '../train/lm.js';
 import { lineChartSvg, type PlotSeries } from '../train/plot.js';
@@ -63,6 +64,9 @@ Options of --task lm:
   --lr <x>             peak learning rate; default 0.001
   --warmup <n>         warm-up steps, 0 to 1000000; default 200
   --dropout <p>        dropout after attention and MLP outputs, in [0, 1); default 0.1
+  --repeats <p>        share of each batch's windows, in [0, 1), that are a random segment repeated to
+                       the window's end, scored on the copies: in-context copying, which natural text
+                       teaches too rarely for an induction head to form in a short run; default 0
   --save-every <n>     write the checkpoint and the training state every n steps, 1 to 1000000; default 100
   --resume             continue from the training state next to --out (<out>.state) if there is one
   --float16            store the checkpoint's weights as float16 (half the size)
@@ -97,6 +101,7 @@ interface LmArgs {
   lr: number;
   warmup: number;
   dropout: number;
+  repeats: number;
   saveEvery: number;
   resume: boolean;
   float16: boolean;
@@ -123,6 +128,7 @@ function parse(argv: string[]): TrainArgs | 'help' {
     lr: { type: 'string' },
     warmup: { type: 'string' },
     dropout: { type: 'string' },
+    repeats: { type: 'string' },
     'save-every': { type: 'string' },
     resume: { type: 'boolean' },
     float16: { type: 'boolean' },
@@ -169,6 +175,7 @@ function parse(argv: string[]): TrainArgs | 'help' {
     'lr',
     'warmup',
     'dropout',
+    'repeats',
     'save-every',
     'resume',
     'float16',
@@ -184,6 +191,10 @@ function parse(argv: string[]): TrainArgs | 'help' {
     if (!(dropout >= 0 && dropout < 1)) {
       throw new UsageError(`train: --dropout must be a number in [0, 1), got '${String(values.dropout)}'`);
     }
+    const repeats = values.repeats === undefined ? 0 : Number(values.repeats);
+    if (!(repeats >= 0 && repeats < 1)) {
+      throw new UsageError(`train: --repeats must be a number in [0, 1), got '${String(values.repeats)}'`);
+    }
     lm = {
       text: values.text,
       heldout: values.heldout as string | undefined,
@@ -197,6 +208,7 @@ function parse(argv: string[]): TrainArgs | 'help' {
       lr,
       warmup: integerOption('train', values, 'warmup', 200, 0, 1_000_000),
       dropout,
+      repeats,
       saveEvery: integerOption('train', values, 'save-every', 100, 1, 1_000_000),
       resume: Boolean(values.resume),
       float16: Boolean(values.float16),
@@ -419,6 +431,7 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
     train,
     test,
     contextLength: o.context,
+    repeats: o.repeats,
     model: {
       dModel: o.dModel,
       numHeads: o.heads,
@@ -457,6 +470,12 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
     const loss = trainer.evaluate('test', 8);
     return `held-out loss ${loss.toFixed(4)} (≈ ${((loss / Math.LN2) * (test.length / heldBytes)).toFixed(3)} bits/byte)`;
   };
+  // The best induction head, on the probe `qkv heads` uses (random tokens but the specials, repeated).
+  const exclude = Object.values(tokenizer.specials);
+  const induction = () => {
+    const best = bestHead(headScores(model, { exclude }).heads, 'induction');
+    return `best induction head ${best.layer}.${best.head}: ${best.induction.toFixed(3)}`;
+  };
   const stop = interruptFlag();
   const t0 = performance.now();
   const trainSeconds = () => trainedBefore + (performance.now() - t0) / 1000;
@@ -485,7 +504,7 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
       save();
       const held = heldOut();
       io.stderr.write(
-        `${io.stderr.isTTY ? '\n' : ''}step ${info.step}: saved ${out}${held ? `; ${held}` : ''}\n`,
+        `${io.stderr.isTTY ? '\n' : ''}step ${info.step}: saved ${out}${held ? `; ${held}` : ''}; ${induction()}\n`,
       );
     });
   } finally {

@@ -25,17 +25,39 @@ export interface LanguageModelTaskOptions {
   model?: Partial<TransformerConfig>;
   /** Training defaults overrides. */
   defaults?: Partial<TaskDefaults>;
+  /**
+   * Share of each training batch's windows, in [0, 1), replaced by a repeated random segment (see
+   * `repeatedWindow`): the in-context copying an induction head does, which a few million tokens of
+   * natural text teach too rarely. round(B · repeats) windows per batch, the last ones. Default 0.
+   */
+  repeats?: number;
 }
+
+/** Shortest and longest random segment of a repeated window (capped at ⌊L / 2⌋). */
+export const REPEAT_SEGMENT = { min: 8, max: 64 } as const;
 
 const FN = 'languageModelTask';
 
 /**
  * A decoder trained to predict each next token of windows of the text. Targets are the window shifted by
- * one; no position is ignored.
+ * one; no position of a text window is ignored (a repeated window's first copy is: see `repeats`).
  */
 export function languageModelTask(options: LanguageModelTaskOptions): Task {
-  const { tokenizer, train, test, contextLength: L } = options;
+  const { tokenizer, train, test, contextLength: L, repeats = 0 } = options;
   checkInteger(FN, 'contextLength', L, 1);
+  if (!(typeof repeats === 'number' && repeats >= 0 && repeats < 1)) {
+    throw new RangeError(`${FN}: repeats must be a number in [0, 1), got ${formatValue(repeats)}`);
+  }
+  if (repeats > 0 && L < 2 * REPEAT_SEGMENT.min) {
+    throw new RangeError(
+      `${FN}: repeats needs contextLength ≥ ${2 * REPEAT_SEGMENT.min} (two copies of a segment of ${REPEAT_SEGMENT.min}), got ${L}`,
+    );
+  }
+  const specials = new Set(Object.values(tokenizer.specials ?? {}));
+  // The ids a repeated segment draws from: every token but the specials, as the head scores' probe.
+  const pool = Int32Array.from({ length: tokenizer.vocabSize }, (_, id) => id).filter(
+    (id) => !specials.has(id),
+  );
   for (const [name, ids] of [
     ['train', train],
     ['test', test],
@@ -67,6 +89,18 @@ export function languageModelTask(options: LanguageModelTaskOptions): Task {
     }
     return { ids, targets, B, L };
   };
+  const withRepeats = (batch: Batch, generator: Generator): Batch => {
+    const count = Math.round(batch.B * repeats);
+    for (let b = batch.B - count; b < batch.B; b++) {
+      repeatedWindow(
+        batch.ids.subarray(b * L, (b + 1) * L),
+        batch.targets.subarray(b * L, (b + 1) * L),
+        pool,
+        generator,
+      );
+    }
+    return batch;
+  };
   return {
     name: 'lm',
     description: `language model on ${train.length} tokens (${tokenizer.description}), windows of ${L}`,
@@ -83,8 +117,34 @@ export function languageModelTask(options: LanguageModelTaskOptions): Task {
       ...options.model,
     },
     defaults: { steps: 4000, batchSize: 16, lr: 1e-3, warmup: 200, ...options.defaults },
-    batch: (generator, B, split = 'train') => window(split === 'test' && test ? test : train, generator, B),
+    batch: (generator, B, split = 'train') =>
+      split === 'test' && test
+        ? window(test, generator, B)
+        : repeats > 0 && split === 'train'
+          ? withRepeats(window(train, generator, B), generator)
+          : window(train, generator, B),
   };
+}
+
+/**
+ * Fills one window (ids and targets, L each) with a random segment x of n tokens, n uniform in
+ * [REPEAT_SEGMENT.min, min(REPEAT_SEGMENT.max, ⌊L / 2⌋)], each drawn uniformly from `pool`, repeated to the
+ * end: x ‖ x ‖ x ‖ … Only the predictions a copy can make are scored: targets from position n on (the token
+ * after each token of a later copy is the one after its previous occurrence); the first n are −1, since a
+ * random token cannot be predicted before it has been seen.
+ */
+export function repeatedWindow(
+  ids: Int32Array,
+  targets: Int32Array,
+  pool: Int32Array,
+  generator: Generator,
+): void {
+  const L = ids.length;
+  const hi = Math.min(REPEAT_SEGMENT.max, Math.floor(L / 2));
+  const n = REPEAT_SEGMENT.min + Math.floor(generator.random() * (hi - REPEAT_SEGMENT.min + 1));
+  for (let t = 0; t < n; t++) ids[t] = pool[Math.floor(generator.random() * pool.length)];
+  for (let t = n; t < L; t++) ids[t] = ids[t - n];
+  for (let t = 0; t < L; t++) targets[t] = t < n ? -1 : ids[(t + 1) % n];
 }
 
 /** What textBits measured. */
