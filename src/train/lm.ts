@@ -53,7 +53,7 @@ export function languageModelTask(options: LanguageModelTaskOptions): Task {
       `${FN}: repeats needs contextLength ≥ ${2 * REPEAT_SEGMENT.min} (two copies of a segment of ${REPEAT_SEGMENT.min}), got ${L}`,
     );
   }
-  const specials = new Set(Object.values(tokenizer.specials ?? {}));
+  const specials = new Set(Object.values(tokenizer.specials));
   // The ids a repeated segment draws from: every token but the specials, as the head scores' probe.
   const pool = Int32Array.from({ length: tokenizer.vocabSize }, (_, id) => id).filter(
     (id) => !specials.has(id),
@@ -117,12 +117,12 @@ export function languageModelTask(options: LanguageModelTaskOptions): Task {
       ...options.model,
     },
     defaults: { steps: 4000, batchSize: 16, lr: 1e-3, warmup: 200, ...options.defaults },
+    // Held-out batches are text only (from `train` when there is no `test`); with repeats 0 withRepeats
+    // replaces no window and draws nothing.
     batch: (generator, B, split = 'train') =>
-      split === 'test' && test
-        ? window(test, generator, B)
-        : repeats > 0 && split === 'train'
-          ? withRepeats(window(train, generator, B), generator)
-          : window(train, generator, B),
+      split === 'test'
+        ? window(test ?? train, generator, B)
+        : withRepeats(window(train, generator, B), generator),
   };
 }
 
