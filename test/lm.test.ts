@@ -83,8 +83,14 @@ describe('languageModelTask', () => {
       for (const id of b.ids.subarray(6 * 40)) seen.add(id);
     }
     expect(seen.size).toBeGreaterThan(200);
-    expect(() => languageModelTask({ tokenizer, train: ids, contextLength: 16, repeats: 1 })).toThrow(
-      /languageModelTask: repeats must be a number in \[0, 1\), got 1/,
+    // repeats 1: every training window repeated (a copying phase); held-out windows stay text.
+    const all = languageModelTask({ tokenizer, train: ids, test: ids, contextLength: 40, repeats: 1 });
+    const b = all.batch(new Generator(5), 4);
+    for (let w = 0; w < 4; w++) expect(b.targets[w * 40]).toBe(-1);
+    const t = all.batch(new Generator(5), 4, 'test');
+    expect(t.targets.every((x) => x !== -1)).toBe(true);
+    expect(() => languageModelTask({ tokenizer, train: ids, contextLength: 16, repeats: 1.5 })).toThrow(
+      /languageModelTask: repeats must be a number in \[0, 1\], got 1.5/,
     );
     expect(() => languageModelTask({ tokenizer, train: ids, contextLength: 12, repeats: 0.5 })).toThrow(
       /repeats needs contextLength ≥ 16/,
@@ -152,6 +158,41 @@ describe('a saved and resumed run', () => {
     expect(second.losses).toEqual(straight.losses);
     for (const [name, p] of straight.model.params)
       expect(second.model.params.get(name)!.data).toEqual(p.data);
+  });
+
+  it("with scheduleSteps past steps, stops partway down the longer schedule: the longer run's first steps", () => {
+    const long = new Trainer({ task: tinyTask(), seed: 3, steps: 12, lr: 3e-3, warmup: 2 });
+    const phase = new Trainer({
+      task: tinyTask(),
+      seed: 3,
+      steps: 5,
+      scheduleSteps: 12,
+      lr: 3e-3,
+      warmup: 2,
+    });
+    const rates: [number, number][] = [];
+    while (!phase.done) rates.push([phase.trainStep().lr, long.trainStep().lr]);
+    for (const [a, b] of rates) expect(a).toBe(b);
+    // Past the warm-up the rate falls, but not to the end of the cosine (lr / 10) that steps 5 would reach.
+    expect(rates[4][0]).toBeGreaterThan(2.5e-3);
+    expect(phase.losses).toEqual(long.losses.slice(0, 5));
+    for (const [name, p] of long.model.params) expect(phase.model.params.get(name)!.data).toEqual(p.data);
+    expect(() => new Trainer({ task: tinyTask(), steps: 5, scheduleSteps: 4 })).toThrow(
+      /Trainer: scheduleSteps 4 is less than steps 5/,
+    );
+    expect(() => new Trainer({ task: tinyTask(), steps: 5, scheduleSteps: 0.5 })).toThrow(/scheduleSteps/);
+  });
+
+  it('keeps the run key of a state saved without scheduleSteps, and refuses a state of another schedule', () => {
+    const a = new Trainer({ task: tinyTask(), seed: 3, steps: 6 });
+    a.trainStep();
+    const explicit = new Trainer({ task: tinyTask(), seed: 3, steps: 6, scheduleSteps: 6 });
+    explicit.restoreState(a.saveState());
+    expect(explicit.step).toBe(1);
+    const longer = new Trainer({ task: tinyTask(), seed: 3, steps: 6, scheduleSteps: 12 });
+    expect(() => longer.restoreState(a.saveState())).toThrow(/the saved run differs from this one/);
+    longer.trainStep();
+    expect(() => a.restoreState(longer.saveState())).toThrow(/"scheduleSteps":12/);
   });
 
   it('refuses a state from a different run, naming what differs', () => {
@@ -280,6 +321,116 @@ describe('qkv train --task lm', () => {
     expect(loaded.model.config).toMatchObject({ dModel: 16, numLayers: 1, maxLen: 16, causal: true });
   });
 
+  it('--init starts a second phase from a checkpoint: its weights and tokenizer, another context', async () => {
+    const first = join(dir, 'phase1.safetensors');
+    // Phase 1: copying only (every window repeated), 16-token windows.
+    const a = await run([...common, '--steps', '3', '--repeats', '1', '--dropout', '0', '--out', first]);
+    expect(a.code).toBe(0);
+    const second = join(dir, 'phase2.safetensors');
+    const shape = ['--d-model', '16', '--layers', '1', '--heads', '2', '--d-ff', '32'];
+    const noVocab = ['train', '--task', 'lm', '--text', textFile, '--heldout', heldFile, ...shape];
+    const phase2 = [...noVocab, '--context', '32', '--init', first];
+    // A learning rate so small that one step leaves every weight where phase 1 left it, to float32 rounding.
+    const b = await run([...phase2, '--steps', '1', '--lr', '1e-12', '--out', second]);
+    expect(b.code).toBe(0);
+    expect(b.err).toMatch(/starting from the weights of .*phase1\.safetensors \(step 3\)/);
+    expect(b.err).not.toMatch(/trained in/); // no new BPE: the checkpoint's tokenizer
+    const [p1, p2] = [first, second].map((f) => loadCheckpoint(new Uint8Array(readFileSync(f))));
+    expect(p2.model.config.maxLen).toBe(32);
+    expect(p2.info.tokenizer!.toJSON()).toEqual(p1.info.tokenizer!.toJSON());
+    const fresh = new Trainer({ task: tinyTask(), seed: 0, steps: 1 }).model;
+    for (const [name, p] of p1.model.params) {
+      const q = p2.model.params.get(name)!.data;
+      for (let i = 0; i < q.length; i++) expect(q[i]).toBeCloseTo(p.data[i], 5);
+      if (name === 'embedding.weight') expect(q).not.toEqual(fresh.params.get(name)!.data);
+    }
+    // The training time counts both phases: phase 1 as if it had taken 1000 s.
+    const timed = join(dir, 'timed.safetensors');
+    const info = { task: 'lm', step: 3, tokenizer: p1.info.tokenizer };
+    writeFileSync(timed, saveCheckpoint(p1.model, { ...info, extra: { 'qkv.trainSeconds': '1000' } }));
+    const third = join(dir, 'phase2b.safetensors');
+    const fromTimed = [
+      ...noVocab,
+      '--context',
+      '32',
+      '--init',
+      timed,
+      '--steps',
+      '1',
+      '--out',
+      third,
+      '--resume',
+    ];
+    expect((await run(fromTimed)).code).toBe(0);
+    const secondsOf = (f: string) =>
+      Number(decodeSafetensors(new Uint8Array(readFileSync(f))).metadata['qkv.trainSeconds']);
+    expect(secondsOf(third)).toBeGreaterThan(1000);
+    expect(secondsOf(third)).toBeLessThan(1100);
+    // Run again with --resume: the state says it is done, so nothing is trained or rewritten.
+    const before = readFileSync(third);
+    const again = await run(fromTimed);
+    expect(again.code).toBe(0);
+    expect(again.err).toMatch(/resumed from .*phase2b\.safetensors\.state at step 1/);
+    expect(again.out).toMatch(/trained lm: 1\/1 step \(0\.\d s this run, 10\d\d\.\d s in all\)/);
+    expect(readFileSync(third)).toEqual(before);
+    // A state keeps which checkpoint its run started from: another --init, or none, is refused.
+    const otherInit = await run(fromTimed.map((x) => (x === timed ? first : x)));
+    expect(otherInit.code).toBe(1);
+    expect(otherInit.err).toMatch(
+      /phase2b\.safetensors\.state is the state of a run started from another checkpoint .* than --init .*phase1\.safetensors.*; delete it or drop --resume/,
+    );
+    const plain = join(dir, 'plain.safetensors');
+    expect((await run([...common, '--steps', '1', '--out', plain])).code).toBe(0);
+    const notInit = await run([
+      ...noVocab,
+      '--context',
+      '16',
+      '--init',
+      first,
+      '--steps',
+      '1',
+      '--out',
+      plain,
+      '--resume',
+    ]);
+    expect(notInit.code).toBe(1);
+    expect(notInit.err).toMatch(
+      /plain\.safetensors\.state is the state of a run not started from --init; delete it or drop --resume/,
+    );
+    // A state of another run (here: other steps) names its file and what differs.
+    const otherRun = await run([...common, '--steps', '2', '--out', plain, '--resume']);
+    expect(otherRun.code).toBe(1);
+    expect(otherRun.err).toMatch(
+      /plain\.safetensors\.state is the state of another run; delete it or drop --resume \(.*"steps":1.*"steps":2/,
+    );
+
+    // Another shape, a checkpoint without a tokenizer, a missing file, --vocab-size with --init.
+    const bare = join(dir, 'bare-init.safetensors');
+    writeFileSync(bare, saveCheckpoint(p1.model));
+    for (const [argv, message] of [
+      [
+        [...phase2, '--d-model', '32', '--out', second],
+        /--init .*phase1\.safetensors is a model of another shape: dModel 16 there, 32 asked for/,
+      ],
+      [[...phase2, '--positions', 'rope', '--out', second], /positions sinusoidal there, rope asked for/],
+      [
+        [...noVocab, '--init', bare, '--out', second],
+        /--init .*bare-init\.safetensors is not a checkpoint of --task lm \(task not recorded, no tokenizer\)/,
+      ],
+      [
+        [...noVocab, '--init', join(dir, 'none.safetensors'), '--out', second],
+        /no such --init file '.*none\.safetensors'/,
+      ],
+    ] as const) {
+      const r = await run([...argv]);
+      expect(r.code).toBe(1);
+      expect(r.err).toMatch(message);
+    }
+    const both = await run([...common, '--init', first, '--out', second]);
+    expect(both.code).toBe(2);
+    expect(both.err).toMatch(/--vocab-size cannot be given with --init/);
+  });
+
   it('qkv eval --text-file prints bits per byte, and refuses what it cannot score', async () => {
     const lm = join(dir, 'eval.safetensors');
     expect((await run([...common, '--steps', '2', '--out', lm])).code).toBe(0);
@@ -319,7 +470,13 @@ describe('qkv train --task lm', () => {
     expect((await run([...common, '--lr', 'fast'])).err).toMatch(/--lr must be a number > 0/);
     expect((await run([...common, '--dropout', '1'])).err).toMatch(/--dropout must be a number in \[0, 1\)/);
     expect((await run([...common, '--repeats', 'half'])).err).toMatch(
-      /--repeats must be a number in \[0, 1\), got 'half'/,
+      /--repeats must be a number in \[0, 1\], got 'half'/,
+    );
+    expect((await run([...common, '--steps', '5', '--schedule-steps', '4'])).err).toMatch(
+      /--schedule-steps 4 is less than --steps 5/,
+    );
+    expect((await run(['train', '--task', 'copy', '--init', 'x.safetensors'])).err).toMatch(
+      /--init is an option of --task lm only/,
     );
     expect((await run(['train', '--task', 'induction', '--repeats', '0.5'])).err).toMatch(
       /--repeats is an option of --task lm only/,

@@ -265,6 +265,14 @@ describe('4. every numeric Trainer option is checked', () => {
     }
     expect(make({ warmup: -1 })).toThrow(all('Trainer:', 'warmup must be a non-negative integer', '-1'));
     expect(make({ warmup: 2.5 })).toThrow(all('Trainer:', 'warmup', '2.5'));
+    for (const scheduleSteps of [0, Number.NaN, '5', null]) {
+      expect(make({ steps: 4, scheduleSteps }), String(scheduleSteps)).toThrow(
+        all('Trainer:', 'scheduleSteps must be a positive integer'),
+      );
+    }
+    expect(make({ steps: 4, scheduleSteps: 3 })).toThrow(
+      all('Trainer:', 'scheduleSteps 3 is less than steps 4'),
+    );
     expect(make({ weightDecay: -0.1 })).toThrow(all('Trainer:', 'weightDecay must be a finite number ≥ 0'));
     expect(make({ weightDecay: Number.NaN })).toThrow(all('Trainer:', 'weightDecay', 'NaN'));
     expect(make({ clip: 0 })).toThrow(all('Trainer:', 'clip must be a number > 0'));

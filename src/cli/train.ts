@@ -7,11 +7,12 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { readFileBytes, unwritableReason, writeFileAtomic } from '../io/file-node.js';
 import { decodeSafetensors } from '../io/safetensors.js';
+import type { TinyTransformer } from '../model/transformer.js';
 import { BpeTokenizer } from '../text/bpe.js';
 import { tokenizerFromJSON } from '../text/registry.js';
 import { TOKENIZER_KEY, type Tokenizer } from '../text/tokenizer.js';
 import { nodeTrainPlatform } from '../threads/train-node.js';
-import { saveCheckpoint } from '../train/checkpoint.js';
+import { loadCheckpoint, saveCheckpoint } from '../train/checkpoint.js';
 import { bestHead, headScores } from '../train/heads.js';
 import { type InductionRecord, inductionPlotSvg, inductionScore, phaseChange } from '../train/induction.js';
 import { languageModelTask } from '../train/lm.js';
@@ -32,7 +33,7 @@ Tasks:
   scaling    the article's section 4.2: copy (6 of 8 symbols) at d_k = 64 with and without ÷√d_k,
              same seed, both curves in one plot
   lm         decoder; a language model on a text file (--text), byte-level BPE trained on it first
-             (npm run train:lm trains the committed one on the Brown corpus)
+             (or --init's); npm run train:lm trains the committed one on the Brown corpus
   induction  2-layer attention-only decoder; random tokens in which a segment repeats, loss on the
              second copy; measures the best induction score (qkv heads) every 10 steps and plots it
              with the loss (docs/induction.svg); prints where the loss falls fastest
@@ -63,10 +64,20 @@ Options of --task lm:
   --batch-size <n>     windows per step, 1 to 65536; default 16
   --lr <x>             peak learning rate; default 0.001
   --warmup <n>         warm-up steps, 0 to 1000000; default 200
+  --schedule-steps <n> steps the learning-rate schedule (warm-up, then cosine to lr/10) spans, at least
+                       --steps (which it needs); default --steps. More: the run stops partway down the
+                       cosine (the first phase of a longer schedule)
   --dropout <p>        dropout after attention and MLP outputs, in [0, 1); default 0.1
-  --repeats <p>        share of each batch's windows, in [0, 1), that are a random segment repeated to
+  --repeats <p>        share of each batch's windows, in [0, 1], that are a random segment repeated to
                        the window's end, scored on the copies: in-context copying, which natural text
                        teaches too rarely for an induction head to form in a short run; default 0
+  --init <checkpoint>  start from this lm checkpoint's weights and tokenizer (not a new BPE) rather
+                       than from random weights: a second phase of training (npm run train:lm: copying
+                       first, then text). Its shape must be the one asked for; its context and dropout
+                       may differ.
+                       Not with --vocab-size (the checkpoint's tokenizer decides it). Its training time
+                       counts in this run's. A --resume that finds a training state continues from that
+                       state instead
   --save-every <n>     write the checkpoint and the training state every n steps, 1 to 1000000; default 100
   --resume             continue from the training state next to --out (<out>.state) if there is one
   --float16            store the checkpoint's weights as float16 (half the size)
@@ -100,8 +111,12 @@ interface LmArgs {
   batchSize: number;
   lr: number;
   warmup: number;
+  /** --schedule-steps: the schedule's length when it is not --steps. */
+  scheduleSteps?: number;
   dropout: number;
   repeats: number;
+  /** --init: the checkpoint whose weights and tokenizer the run starts from. */
+  init?: string;
   saveEvery: number;
   resume: boolean;
   float16: boolean;
@@ -127,8 +142,10 @@ function parse(argv: string[]): TrainArgs | 'help' {
     'batch-size': { type: 'string' },
     lr: { type: 'string' },
     warmup: { type: 'string' },
+    'schedule-steps': { type: 'string' },
     dropout: { type: 'string' },
     repeats: { type: 'string' },
+    init: { type: 'string' },
     'save-every': { type: 'string' },
     resume: { type: 'boolean' },
     float16: { type: 'boolean' },
@@ -174,8 +191,10 @@ function parse(argv: string[]): TrainArgs | 'help' {
     'batch-size',
     'lr',
     'warmup',
+    'schedule-steps',
     'dropout',
     'repeats',
+    'init',
     'save-every',
     'resume',
     'float16',
@@ -192,8 +211,14 @@ function parse(argv: string[]): TrainArgs | 'help' {
       throw new UsageError(`train: --dropout must be a number in [0, 1), got '${String(values.dropout)}'`);
     }
     const repeats = values.repeats === undefined ? 0 : Number(values.repeats);
-    if (!(repeats >= 0 && repeats < 1)) {
-      throw new UsageError(`train: --repeats must be a number in [0, 1), got '${String(values.repeats)}'`);
+    if (!(repeats >= 0 && repeats <= 1)) {
+      throw new UsageError(`train: --repeats must be a number in [0, 1], got '${String(values.repeats)}'`);
+    }
+    if (values.init === '') throw new UsageError('train: --init needs a checkpoint file name');
+    if (values.init !== undefined && values['vocab-size'] !== undefined) {
+      throw new UsageError(
+        "train: --vocab-size cannot be given with --init (the checkpoint's tokenizer decides the vocabulary)",
+      );
     }
     lm = {
       text: values.text,
@@ -207,12 +232,25 @@ function parse(argv: string[]): TrainArgs | 'help' {
       batchSize: integerOption('train', values, 'batch-size', 16, 1, 1 << 16),
       lr,
       warmup: integerOption('train', values, 'warmup', 200, 0, 1_000_000),
+      scheduleSteps: int('schedule-steps', 1, 1_000_000),
       dropout,
       repeats,
+      init: values.init as string | undefined,
       saveEvery: integerOption('train', values, 'save-every', 100, 1, 1_000_000),
       resume: Boolean(values.resume),
       float16: Boolean(values.float16),
     };
+    const steps = int('steps', 1, 1_000_000);
+    if (lm.scheduleSteps !== undefined && steps === undefined) {
+      throw new UsageError(
+        'train: --schedule-steps needs --steps (the steps this run takes of the schedule)',
+      );
+    }
+    if (lm.scheduleSteps !== undefined && steps !== undefined && lm.scheduleSteps < steps) {
+      throw new UsageError(
+        `train: --schedule-steps ${lm.scheduleSteps} is less than --steps ${steps} (the schedule must span the run)`,
+      );
+    }
     if (positions === 'rope' && (lm.dModel % lm.heads !== 0 || (lm.dModel / lm.heads) % 2 !== 0))
       throw new UsageError(
         `train: --positions rope needs an even head width, but --d-model ${lm.dModel} / --heads ${lm.heads} is not an even integer`,
@@ -412,11 +450,38 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
   const heldText = o.heldout === undefined ? undefined : read(o.heldout, '--heldout');
   let saved: Uint8Array | undefined;
   let tokenizer: Tokenizer;
+  let init: (ReturnType<typeof loadCheckpoint> & { seconds: number }) | undefined;
+  // Which checkpoint the run started from (--init), kept in every state it saves; undefined: random weights.
+  let initKey: string | undefined;
   if (o.resume && existsSync(statePath)) {
     saved = readFileBytes(statePath);
-    const json = decodeSafetensors(saved).metadata[TOKENIZER_KEY];
+    const { metadata } = decodeSafetensors(saved);
+    const json = metadata[TOKENIZER_KEY];
     if (json === undefined) throw new Error(`${statePath} holds no tokenizer (not a qkv training state?)`);
     tokenizer = tokenizerFromJSON(JSON.parse(json));
+    initKey = metadata[INIT_KEY];
+    // A state is the run it was: one started from random weights must not pass for a later phase.
+    if (o.init !== undefined) {
+      const again = existsSync(o.init) ? initKeyOf(readFileBytes(o.init)) : initKey;
+      if (initKey === undefined || initKey !== again) {
+        throw new Error(
+          `${statePath} is the state of a run ${initKey === undefined ? 'not started from --init' : `started from another checkpoint (${initKey}) than --init ${o.init} (${again})`}; delete it or drop --resume`,
+        );
+      }
+    }
+  } else if (o.init !== undefined) {
+    if (!existsSync(o.init)) throw new Error(`no such --init file '${o.init}'`);
+    const bytes = readFileBytes(o.init);
+    // Its training time carries over: the final checkpoint's qkv.trainSeconds is every phase's.
+    const seconds = Number(decodeSafetensors(bytes).metadata[SECONDS_KEY] ?? 0) || 0;
+    init = { ...loadCheckpoint(bytes, o.init), seconds };
+    initKey = initKeyOf(bytes);
+    if (init.info.task !== 'lm' || init.info.tokenizer === undefined) {
+      throw new Error(
+        `--init ${o.init} is not a checkpoint of --task lm (task ${init.info.task ?? 'not recorded'}, ${init.info.tokenizer ? 'a' : 'no'} tokenizer)`,
+      );
+    }
+    tokenizer = init.info.tokenizer;
   } else {
     const t0 = performance.now();
     tokenizer = BpeTokenizer.train(text, { vocabSize: o.vocabSize });
@@ -448,14 +513,26 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
     batchSize: o.batchSize,
     lr: o.lr,
     warmup: o.warmup,
+    ...(o.scheduleSteps === undefined ? {} : { scheduleSteps: o.scheduleSteps }),
     ...threadOptions(args),
   });
-  // Training time summed over every run of a resumed training (the state keeps it).
+  // Training time summed over every run of a resumed training (the state keeps it) and, with --init,
+  // over the phase that made the checkpoint.
   let trainedBefore = 0;
   if (saved) {
     trainedBefore = Number(decodeSafetensors(saved).metadata[SECONDS_KEY] ?? 0) || 0;
-    trainer.restoreState(saved);
+    try {
+      trainer.restoreState(saved);
+    } catch (err) {
+      throw new Error(
+        `${statePath} is the state of another run; delete it or drop --resume (${(err as Error).message})`,
+      );
+    }
     io.stderr.write(`qkv train: resumed from ${statePath} at step ${trainer.step}\n`);
+  } else if (init) {
+    startFrom(trainer.model, init.model, o.init as string);
+    trainedBefore = init.seconds;
+    io.stderr.write(`qkv train: starting from the weights of ${o.init} (step ${init.info.step ?? '?'})\n`);
   }
   const { model } = trainer;
   const c = model.config;
@@ -494,10 +571,15 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
     );
     writeFileAtomic(
       statePath,
-      trainer.saveState({ [TOKENIZER_KEY]: JSON.stringify(tokenizer.toJSON()), [SECONDS_KEY]: seconds }),
+      trainer.saveState({
+        [TOKENIZER_KEY]: JSON.stringify(tokenizer.toJSON()),
+        [SECONDS_KEY]: seconds,
+        ...(initKey === undefined ? {} : { [INIT_KEY]: initKey }),
+      }),
     );
   };
   let interrupted: boolean;
+  const firstStep = trainer.step;
   try {
     interrupted = await loop(trainer, 'lm', io, stop, (info) => {
       if (info.step % o.saveEvery !== 0 || info.step === trainer.steps) return;
@@ -511,16 +593,21 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
     stop.dispose();
     await trainer.terminate();
   }
-  save();
+  // A resumed run that had already finished takes no step and leaves its files as they are (a rerun of
+  // npm run train:lm must not rewrite the committed checkpoint with a new training time).
+  const idle = saved !== undefined && trainer.step === firstStep;
+  if (!idle) save();
   const seconds = (performance.now() - t0) / 1000;
-  writeFileSync(
-    plot,
-    lineChartSvg([{ label: `lm (seed ${args.seed})`, values: trainer.losses }], {
-      title: 'qkv train --task lm: training loss',
-      yLabel: 'cross-entropy',
-      logY: true,
-    }),
-  );
+  if (!idle) {
+    writeFileSync(
+      plot,
+      lineChartSvg([{ label: `lm (seed ${args.seed})`, values: trainer.losses }], {
+        title: 'qkv train --task lm: training loss',
+        yLabel: 'cross-entropy',
+        logY: true,
+      }),
+    );
+  }
   const tail = trainer.losses.slice(-50);
   const final = tail.reduce((sum, x) => sum + x, 0) / Math.max(1, tail.length);
   const held = heldOut();
@@ -529,6 +616,44 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
       `training loss ${final.toFixed(4)} (mean of last ${tail.length})${held ? `, ${held}` : ''}; checkpoint ${out}, state ${statePath}, loss curve ${plot}\n`,
   );
   return interrupted ? 130 : 0;
+}
+
+/**
+ * Copies `from`'s weights into `model` (a run's fresh model) after checking that everything but the context
+ * (maxLen) and dropout, which a later phase may change, is the same: the tensors' shapes alone would let a
+ * sinusoidal checkpoint start a RoPE run.
+ */
+function startFrom(model: TinyTransformer, from: TinyTransformer, path: string): void {
+  const a = model.config;
+  const b = from.config;
+  const fields = [
+    'scaleScores',
+    'vocabSize',
+    'dModel',
+    'numHeads',
+    'numLayers',
+    'dFF',
+    'causal',
+    'mlp',
+    'positions',
+    'ropeBase',
+  ] as const;
+  const differ = fields.filter((f) => (a[f] ?? null) !== (b[f] ?? null));
+  if (differ.length) {
+    throw new Error(
+      `--init ${path} is a model of another shape: ${differ.map((f) => `${f} ${String(b[f])} there, ${String(a[f])} asked for`).join('; ')}`,
+    );
+  }
+  model.loadStateDict(from.stateDict());
+}
+
+/** The state's record of the --init checkpoint a run started from. */
+const INIT_KEY = 'qkv.initFrom';
+
+/** What identifies an --init checkpoint in a state: its step and training time, and its size. */
+function initKeyOf(bytes: Uint8Array): string {
+  const { metadata } = decodeSafetensors(bytes);
+  return `step ${metadata['qkv.step'] ?? '?'}, ${metadata[SECONDS_KEY] ?? '?'} s trained, ${bytes.length} bytes`;
 }
 
 /** Seconds of training so far, summed over resumed runs: kept in the state and the checkpoint's metadata. */

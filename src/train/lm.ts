@@ -26,7 +26,7 @@ export interface LanguageModelTaskOptions {
   /** Training defaults overrides. */
   defaults?: Partial<TaskDefaults>;
   /**
-   * Share of each training batch's windows, in [0, 1), replaced by a repeated random segment (see
+   * Share of each training batch's windows, in [0, 1], replaced by a repeated random segment (see
    * `repeatedWindow`): the in-context copying an induction head does, which a few million tokens of
    * natural text teach too rarely. round(B · repeats) windows per batch, the last ones. Default 0.
    */
@@ -45,8 +45,8 @@ const FN = 'languageModelTask';
 export function languageModelTask(options: LanguageModelTaskOptions): Task {
   const { tokenizer, train, test, contextLength: L, repeats = 0 } = options;
   checkInteger(FN, 'contextLength', L, 1);
-  if (!(typeof repeats === 'number' && repeats >= 0 && repeats < 1)) {
-    throw new RangeError(`${FN}: repeats must be a number in [0, 1), got ${formatValue(repeats)}`);
+  if (!(typeof repeats === 'number' && repeats >= 0 && repeats <= 1)) {
+    throw new RangeError(`${FN}: repeats must be a number in [0, 1], got ${formatValue(repeats)}`);
   }
   if (repeats > 0 && L < 2 * REPEAT_SEGMENT.min) {
     throw new RangeError(

@@ -36,6 +36,11 @@ export interface TrainerOptions {
   task: Task | string;
   seed?: number;
   steps?: number;
+  /**
+   * Steps the learning-rate schedule (linear warm-up, then a cosine down to lr / 10) spans; default `steps`.
+   * More than `steps`: the run stops partway down the cosine, as the first phase of a longer schedule.
+   */
+  scheduleSteps?: number;
   batchSize?: number;
   /** Peak learning rate (after warm-up). */
   lr?: number;
@@ -83,6 +88,7 @@ const TRAINER_OPTIONS = [
   'task',
   'seed',
   'steps',
+  'scheduleSteps',
   'batchSize',
   'lr',
   'warmup',
@@ -133,6 +139,13 @@ function checkTrainerOptions(options: TrainerOptions) {
   const [warmup, warmupName] = resolve('warmup');
   checkInteger(fn, warmupName, warmup, 0);
   const { seed = 0, weightDecay = 0.01, clip = 1, model = {} } = options;
+  const scheduleSteps = options.scheduleSteps !== undefined ? options.scheduleSteps : steps;
+  checkInteger(fn, 'scheduleSteps', scheduleSteps, 1);
+  if (scheduleSteps < (steps as number)) {
+    throw new RangeError(
+      `${fn}: scheduleSteps ${scheduleSteps} is less than ${stepsName} ${steps as number} (the schedule must span the run)`,
+    );
+  }
   checkFinite(fn, 'seed', seed);
   checkFinite(fn, 'weightDecay', weightDecay, '≥ 0');
   if (!(typeof clip === 'number' && clip > 0)) {
@@ -175,6 +188,7 @@ function checkTrainerOptions(options: TrainerOptions) {
     task,
     seed,
     steps,
+    scheduleSteps,
     batchSize,
     lr,
     warmup,
@@ -216,7 +230,7 @@ export class Trainer {
   private readonly schedule: (step: number) => number;
   private readonly data: Generator;
   private readonly dropoutGen: Generator;
-  private readonly options: { lr: number; warmup: number; weightDecay: number };
+  private readonly options: { lr: number; warmup: number; weightDecay: number; scheduleSteps?: number };
   /** threads > 1: the worker threads, and the dropout generators of shards 1 … threads − 1. */
   private readonly parallel: ParallelSteps | undefined;
   private readonly shardDropout: Generator[] = [];
@@ -226,6 +240,7 @@ export class Trainer {
       task,
       seed,
       steps,
+      scheduleSteps,
       batchSize,
       lr,
       warmup,
@@ -243,8 +258,10 @@ export class Trainer {
     this.clip = clip;
     this.model = new TinyTransformer({ ...task.model, ...model }, { seed });
     this.optimizer = new AdamW(this.model.parameters(), { weightDecay });
-    this.schedule = warmupCosine({ maxLr: lr, warmup, total: steps });
-    this.options = { lr, warmup, weightDecay };
+    this.schedule = warmupCosine({ maxLr: lr, warmup, total: scheduleSteps });
+    // A state saved before scheduleSteps existed (or without it) has the key it always had.
+    this.options =
+      scheduleSteps === steps ? { lr, warmup, weightDecay } : { lr, warmup, weightDecay, scheduleSteps };
     // Separate streams: the model's initial weights do not depend on how much data was drawn.
     this.data = new Generator(this.seed + 0x51ed);
     this.dropoutGen = new Generator(this.seed + 0xd0);
