@@ -41,7 +41,7 @@ Tasks:
 Options:
   --task <name>     required
   --steps <n>       training steps, 1 to 1000000; default the task's (pronoun 800, copy/reverse 600,
-                    scaling 400, induction 3000)
+                    scaling 400, induction 3000, lm 4000)
   --seed <n>        seed for weights and data, 0 to 4294967295; default 0
   --out <file>      checkpoint (safetensors); default <task>.safetensors (scaling: none)
   --plot <file>     loss curve (SVG); default <out without .safetensors>.loss.svg (scaling: scaling.svg)
@@ -74,10 +74,9 @@ Options of --task lm:
   --init <checkpoint>  start from this lm checkpoint's weights and tokenizer (not a new BPE) rather
                        than from random weights: a second phase of training (npm run train:lm: copying
                        first, then text). Its shape must be the one asked for; its context and dropout
-                       may differ.
-                       Not with --vocab-size (the checkpoint's tokenizer decides it). Its training time
-                       counts in this run's. A --resume that finds a training state continues from that
-                       state instead
+                       may differ. Not with --vocab-size (the checkpoint's tokenizer decides it). Its
+                       training time counts in this run's. A --resume that finds a training state
+                       continues from that state (if it was started from this checkpoint) instead
   --save-every <n>     write the checkpoint and the training state every n steps, 1 to 1000000; default 100
   --resume             continue from the training state next to --out (<out>.state) if there is one
   --float16            store the checkpoint's weights as float16 (half the size)
