@@ -448,20 +448,21 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
   const text = read(o.text, '--text');
   const heldText = o.heldout === undefined ? undefined : read(o.heldout, '--heldout');
   let saved: Uint8Array | undefined;
+  let savedMeta: Record<string, string> = {};
   let tokenizer: Tokenizer;
   let init: (ReturnType<typeof loadCheckpoint> & { seconds: number }) | undefined;
   // Which checkpoint the run started from (--init), kept in every state it saves; undefined: random weights.
   let initKey: string | undefined;
   if (o.resume && existsSync(statePath)) {
     saved = readFileBytes(statePath);
-    const { metadata } = decodeSafetensors(saved);
-    const json = metadata[TOKENIZER_KEY];
+    savedMeta = decodeSafetensors(saved).metadata;
+    const json = savedMeta[TOKENIZER_KEY];
     if (json === undefined) throw new Error(`${statePath} holds no tokenizer (not a qkv training state?)`);
     tokenizer = tokenizerFromJSON(JSON.parse(json));
-    initKey = metadata[INIT_KEY];
+    initKey = savedMeta[INIT_KEY];
     // A state is the run it was: one started from random weights must not pass for a later phase.
     if (o.init !== undefined) {
-      const again = existsSync(o.init) ? initKeyOf(readFileBytes(o.init)) : initKey;
+      const again = existsSync(o.init) ? initKeyOf(readFileBytes(o.init)).key : initKey;
       if (initKey === undefined || initKey !== again) {
         throw new Error(
           `${statePath} is the state of a run ${initKey === undefined ? 'not started from --init' : `started from another checkpoint (${initKey}) than --init ${o.init} (${again})`}; delete it or drop --resume`,
@@ -471,10 +472,10 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
   } else if (o.init !== undefined) {
     if (!existsSync(o.init)) throw new Error(`no such --init file '${o.init}'`);
     const bytes = readFileBytes(o.init);
+    const { key, metadata } = initKeyOf(bytes);
     // Its training time carries over: the final checkpoint's qkv.trainSeconds is every phase's.
-    const seconds = Number(decodeSafetensors(bytes).metadata[SECONDS_KEY] ?? 0) || 0;
-    init = { ...loadCheckpoint(bytes, o.init), seconds };
-    initKey = initKeyOf(bytes);
+    init = { ...loadCheckpoint(bytes, o.init), seconds: Number(metadata[SECONDS_KEY] ?? 0) || 0 };
+    initKey = key;
     if (init.info.task !== 'lm' || init.info.tokenizer === undefined) {
       throw new Error(
         `--init ${o.init} is not a checkpoint of --task lm (task ${init.info.task ?? 'not recorded'}, ${init.info.tokenizer ? 'a' : 'no'} tokenizer)`,
@@ -519,7 +520,7 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
   // over the phase that made the checkpoint.
   let trainedBefore = 0;
   if (saved) {
-    trainedBefore = Number(decodeSafetensors(saved).metadata[SECONDS_KEY] ?? 0) || 0;
+    trainedBefore = Number(savedMeta[SECONDS_KEY] ?? 0) || 0;
     try {
       trainer.restoreState(saved);
     } catch (err) {
@@ -649,10 +650,14 @@ function startFrom(model: TinyTransformer, from: TinyTransformer, path: string):
 /** The state's record of the --init checkpoint a run started from. */
 const INIT_KEY = 'qkv.initFrom';
 
-/** What identifies an --init checkpoint in a state: its step and training time, and its size. */
-function initKeyOf(bytes: Uint8Array): string {
+/**
+ * What identifies an --init checkpoint in a state (its step and training time, and its size), and its
+ * metadata.
+ */
+function initKeyOf(bytes: Uint8Array): { key: string; metadata: Record<string, string> } {
   const { metadata } = decodeSafetensors(bytes);
-  return `step ${metadata['qkv.step'] ?? '?'}, ${metadata[SECONDS_KEY] ?? '?'} s trained, ${bytes.length} bytes`;
+  const key = `step ${metadata['qkv.step'] ?? '?'}, ${metadata[SECONDS_KEY] ?? '?'} s trained, ${bytes.length} bytes`;
+  return { key, metadata };
 }
 
 /** Seconds of training so far, summed over resumed runs: kept in the state and the checkpoint's metadata. */

@@ -132,9 +132,7 @@ export function headScores(model: AttentionModel, options: HeadScoreOptions = {}
   if (!Array.isArray(exclude) || exclude.some((id) => !Number.isInteger(id))) {
     throw new TypeError(`${FN}: exclude must be an array of token ids, got ${formatValue(exclude)}`);
   }
-  const excluded = new Set(exclude);
-  const pool: number[] = [];
-  for (let id = 0; id < V; id++) if (!excluded.has(id)) pool.push(id);
+  const pool = tokensExcept(V, exclude);
   if (pool.length === 0)
     throw new RangeError(`${FN}: exclude leaves no token of the vocabulary (${V}) to draw`);
   if (text !== undefined) {
@@ -281,4 +279,13 @@ export function bestHead(heads: readonly HeadScore[], score: ScoreName): HeadSco
   let best = heads[0];
   for (const h of heads) if (h[score] > best[score] || Number.isNaN(best[score])) best = h;
   return best;
+}
+
+/**
+ * The ids [0, V) but `exclude`, in order: what the probe (and languageModelTask's repeated windows, so that
+ * they teach what the probe measures) draws its random tokens from.
+ */
+export function tokensExcept(V: number, exclude: Iterable<number>): Int32Array {
+  const excluded = new Set(exclude);
+  return Int32Array.from({ length: V }, (_, id) => id).filter((id) => !excluded.has(id));
 }

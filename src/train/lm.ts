@@ -9,6 +9,7 @@ import type { Generator } from '../random.js';
 import { checkInteger, formatValue } from '../shape.js';
 import type { Tokenizer } from '../text/tokenizer.js';
 import { loadCheckpoint } from './checkpoint.js';
+import { tokensExcept } from './heads.js';
 import type { Batch, Task, TaskDefaults } from './tasks.js';
 
 /** Options of languageModelTask. */
@@ -53,11 +54,8 @@ export function languageModelTask(options: LanguageModelTaskOptions): Task {
       `${FN}: repeats needs contextLength ≥ ${2 * REPEAT_SEGMENT.min} (two copies of a segment of ${REPEAT_SEGMENT.min}), got ${L}`,
     );
   }
-  const specials = new Set(Object.values(tokenizer.specials));
   // The ids a repeated segment draws from: every token but the specials, as the head scores' probe.
-  const pool = Int32Array.from({ length: tokenizer.vocabSize }, (_, id) => id).filter(
-    (id) => !specials.has(id),
-  );
+  const pool = tokensExcept(tokenizer.vocabSize, Object.values(tokenizer.specials));
   for (const [name, ids] of [
     ['train', train],
     ['test', test],
