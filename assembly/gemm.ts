@@ -9,14 +9,10 @@
 //   packed B  [colsPad/8][kc][8]   a panel of 8 columns of op(B), k-major: one 32-byte step per k
 //   C block   [rowsPad][ldc]       the caller's rows × columns of C, 8-column aligned
 
+import { geluSpan, madd } from './simd';
+
 const MR = 4; // rows of a register tile (4 × 8 floats = 8 accumulators)
 const NR = 8; // columns of a register tile = a packed B panel
-
-@inline
-function madd(a: v128, b: v128, c: v128): v128 {
-  if (ASC_FEATURE_RELAXED_SIMD) return f32x4.relaxed_madd(a, b, c);
-  return f32x4.add(f32x4.mul(a, b), c);
-}
 
 /** Rows of a register tile: the caller pads packed A blocks to a multiple of it. */
 export function gemmTileRows(): i32 {
@@ -169,53 +165,14 @@ export function gemmPackB(src: usize, ld: i32, kc: i32, cols: i32, trans: i32, d
   }
 }
 
-const LOG2E: f32 = 1.4426950408889634;
-const GELU_C: f32 = 0.7978845608028654; // √(2/π)
-
-// The GELU pass's constants, read from memory once per pass: V8 builds a v128 constant with three
-// instructions at every use (measured: inside the register tile they also spilled its accumulators).
-const GELU_F32 = memory.data<f32>([
-  GELU_C, 0.044715, 1.0, -2.0 * LOG2E, // u = √(2/π)·v·(1 + 0.044715·v²); e^(−2u) = 2^(−2u·log2 e)
-  -126.0, 128.0, 12582912.0, // exp2's clamp, and the 1.5·2^23 that rounds to an integer
-  6.9314694e-1, 1.0000001, 5.5507131e-2, 2.4022120e-1, 1.3276471e-3, 9.6755410e-3, // 2^r, r ∈ [−½, ½]
-]);
-const EXP_BIAS = memory.data<i32>([127 - 0x400000]); // moves round(x) from the mantissa to the exponent
-
 /**
- * GELU over C[rows, cols] (cols a multiple of 4), in place: the tanh form, the autograd's function
- * (src/autograd/ops.ts: ½·v·(1 + tanh(u)), u = √(2/π)·(v + 0.044715·v³)), evaluated as v / (1 + e^(−2u)),
- * which is the same function: 1 + tanh(u) cancels for negative v and would lose float32's relative
- * accuracy there. e^(−2u) = 2^x with x clamped to [−126, 128] (2^128 comes out +∞; below 2^−126 it is
- * only added to 1), n = round(x) by the magic number, 2^(x−n) by the attention kernel's degree-5 fit
- * (≤ 3e-7 relative in float32) and 2^n built in the exponent bits; ≤ 4e-6 relative overall (measured on
- * [−30, 30], where the argument's own rounding dominates). pmax/pmin keep NaN (they return x unless the
- * bound is strictly beyond it) and are single instructions. IEEE cases match the float64 form: NaN → NaN,
- * +∞ → +∞, −∞ → NaN (−∞·0 there), large negative v → −0.
+ * GELU over C[rows, cols] (cols a multiple of 4), in place, row by row: simd.ts's geluSpan (the tanh form
+ * in float32, ≤ 4e-6 relative; see there).
  */
 function geluBlock(c: usize, rows: i32, cols: i32, ldcB: usize): void {
-  const t = GELU_F32;
-  const kC = v128.load32_splat(t), k3 = v128.load32_splat(t, 4);
-  const one = v128.load32_splat(t, 8), m2log2e = v128.load32_splat(t, 12);
-  const lo = v128.load32_splat(t, 16), hi = v128.load32_splat(t, 20), magic = v128.load32_splat(t, 24);
-  const p1 = v128.load32_splat(t, 28), p0 = v128.load32_splat(t, 32);
-  const p3 = v128.load32_splat(t, 36), p2 = v128.load32_splat(t, 40);
-  const p5 = v128.load32_splat(t, 44), p4 = v128.load32_splat(t, 48);
-  const bias = v128.load32_splat(EXP_BIAS);
   for (let r = 0; r < rows; r++) {
-    let p = c + <usize>r * ldcB;
-    const end = p + (<usize>cols << 2);
-    for (; p < end; p += 16) {
-      const v = v128.load(p);
-      const u = f32x4.mul(f32x4.mul(v, kC), madd(f32x4.mul(v, v), k3, one));
-      const x = f32x4.pmin(f32x4.pmax(f32x4.mul(u, m2log2e), lo), hi);
-      const shifted = f32x4.add(x, magic);
-      const f = f32x4.sub(x, f32x4.sub(shifted, magic)); // x − round(x), exact
-      const f2 = f32x4.mul(f, f);
-      // Estrin's scheme: a dependency chain half as long as Horner's.
-      const poly = madd(f32x4.mul(f2, f2), madd(p5, f, p4), madd(f2, madd(p3, f, p2), madd(p1, f, p0)));
-      const e = f32x4.mul(poly, i32x4.shl(i32x4.add(shifted, bias), 23));
-      v128.store(p, f32x4.div(v, f32x4.add(one, e)));
-    }
+    const p = c + <usize>r * ldcB;
+    geluSpan(p, p, 0, cols);
   }
 }
 

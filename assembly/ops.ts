@@ -1,12 +1,13 @@
 // The autograd's element-wise hot loops on float32 storage: softmax cross-entropy (forward statistics and
 // backward) and tanh-GELU (forward and backward), driven by src/kernels/ops-wasm.ts, which copies a chunk
 // of rows in, calls one of these, and copies the results out.
-// One decision to know: the arithmetic is float64 (f64x2), exactly the order src/autograd/ops.ts's JS
-// loops use, with an exp as accurate as theirs (fastExp: ≤ 2 float64 ulps): the float32 results are the
-// JS loops' (the float64 value rounded once to float32) except where a last-bit float64 difference moves
-// that rounding, so every tolerance the float32 path was checked at still holds. Float32 lanes (f32x4)
-// would be twice as wide but round every intermediate, which the existing tests do not allow; the win
-// here is SIMD, no bounds checks and no exp tables (fastExp's two table loads per element).
+// One decision to know: cross-entropy and GELU compute in float32 lanes (f32x4, exp2x4's degree-5 fit),
+// as PyTorch's float32 kernels do: a few float32 ulps from the float64 formula of the JS loops in
+// src/autograd/ops.ts (the loss within about 4e-7 nats per row, GELU within 4e-6 relative), at a quarter of
+// the float64 lanes' cost (f64x2 and a degree-12 exp, which these loops used before: they were 7% of a
+// language-model training step). Float64 is kept where it matters: each row's Σ e^(x − max), the target's
+// gradient g·(p − 1) (which cancels as p → 1), and all of LayerNorm (its statistics and its backward's
+// row sums).
 //
 // Pointers are byte addresses; every f32 array is [n] or [rows, C] row-major, f64 arrays 8-byte aligned.
 
@@ -16,7 +17,10 @@
 // so the product underflows through the subnormals as Math.exp does, and overflows to +∞ from a ≈ 709.8).
 // a is clamped to [−746, 710] (NaN passes: pmin/pmax keep their first operand unless the bound is strictly
 // beyond it); −∞ gives 0, +∞ gives +∞, NaN gives NaN (the polynomial is NaN).
+import { geluSpan, geluSpanBackward, madd } from './simd';
+
 const LOG2E: f64 = 1.4426950408889634;
+const LOG2E_F32: f32 = 1.4426950408889634;
 const LN2_HI: f64 = 0.6931471803691238; // 32 significant bits
 const LN2_LO: f64 = 1.9082149292705877e-10; // ln 2 − LN2_HI
 const MAGIC: f64 = 6755399441055744.0; // 1.5·2^52
@@ -27,7 +31,6 @@ const K = memory.data<f64>([
   -746.0, 710.0, LOG2E, MAGIC, LN2_HI, LN2_LO, // 0–5: clamp, reduction
   1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0, 1.0 / 5040.0, // 6–11
   1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, // 12–17: 1/n!, n = 12 … 0
-  0.044715, -2.0 * 0.7978845608028654, 3.0 * 0.044715, 2.0, 0.7978845608028654, Infinity, // 18–23: GELU
 ]);
 
 @inline
@@ -82,15 +85,57 @@ function store2(p: usize, v: v128): void {
   v128.store64_lane(p, f32x4.demote_f64x2_zero(v), 0);
 }
 
+// The cross-entropy's float32 exp: simd.ts's exp2x4 with its constant term pinned to 1 (1.0000001 there),
+// so the max element's e^0 is exactly 1 and a row with one class, or one dominant class, gets exactly
+// p = 1 and no gradient. ≤ 1.6e-7 relative on [−½, ½] in exact arithmetic (1.3e-7 unpinned). Constants
+// are read from memory at each use, one broadcast load each (see K above).
+const CE_F32 = memory.data<f32>([
+  LOG2E_F32, -126.0, 12582912.0, 1.0, // 0–3: log2 e, exp2's floor, the 1.5·2^23 that rounds, p0
+  6.9314694e-1, 2.4022120e-1, 5.5507131e-2, 9.6755410e-3, 1.3276471e-3, // 4–8: p1 … p5
+]);
+const CE_EXP_BIAS = memory.data<i32>([127 - 0x400000]); // moves round(z) from the mantissa to the exponent
+
+@inline
+function ce(i: i32): v128 {
+  return v128.load32_splat(CE_F32 + (<usize>i << 2));
+}
+
+/**
+ * e^(x − m) for 4 lanes in float32 (m4 = m splatted): 2^z, z = (x − m)·log2 e, whose float32 roundings
+ * add ≈ |x − m|·1.2e-7 relative to the fit's 1.6e-7. Below z = −126 the result is 0 (as e^(x − m) rounds
+ * to nearly 0 in float32), so a −∞ logit (a masked class) gets exactly 0. NaN stays NaN.
+ */
+@inline
+function expShifted(x: v128, m4: v128): v128 {
+  const z0 = f32x4.mul(f32x4.sub(x, m4), ce(0));
+  const z = f32x4.pmax(z0, ce(1));
+  const shifted = f32x4.add(z, ce(2));
+  const r = f32x4.sub(z, f32x4.sub(shifted, ce(2))); // z − round(z), exact
+  const r2 = f32x4.mul(r, r);
+  const a = madd(ce(4), r, ce(3));
+  const b = madd(ce(6), r, ce(5));
+  const c = madd(ce(8), r, ce(7));
+  const p = madd(f32x4.mul(r2, r2), c, madd(r2, b, a));
+  const scale = i32x4.shl(i32x4.add(shifted, v128.load32_splat(CE_EXP_BIAS)), 23);
+  return v128.andnot(f32x4.mul(p, scale), f32x4.lt(z0, ce(1)));
+}
+
+/** e^(x − m) for one float32 x (expShifted's lane 0, the same function). */
+@inline
+function expShifted1(x: f32, m4: v128): f32 {
+  return f32x4.extract_lane(expShifted(f32x4.splat(x), m4), 0);
+}
+
 /**
  * Cross-entropy statistics of `rows` rows of logits x [rows, C]: for each row whose target (i32 at
- * targets) is not `ignoreIndex`, its max (as f32 widened) and Σ e^(x − max) (float64) into stats [rows, 2]
- * (f64); ignored rows are left as they are. The max propagates NaN (f32x4.max, as Math.max).
+ * targets) is not `ignoreIndex`, its max (as f32 widened) and Σ e^(x − max) into stats [rows, 2] (f64);
+ * ignored rows are left as they are. The max propagates NaN (f32x4.max, as Math.max). Each e^(x − max)
+ * is float32 (expShifted), summed in float64 lanes: the sum is within about 4e-7 relative of the exact
+ * one, so the loss (max + log Σ − x_target) is within about 4e-7 nats per row.
  */
 export function ceForward(x: usize, rows: i32, C: i32, targets: usize, ignoreIndex: i32, stats: usize): void {
   const rowBytes = <usize>C << 2;
   const C4 = C & ~3;
-  const C2 = C & ~1;
   for (let n = 0; n < rows; n++) {
     if (load<i32>(targets + (<usize>n << 2)) == ignoreIndex) continue;
     const o = x + <usize>n * rowBytes;
@@ -99,121 +144,73 @@ export function ceForward(x: usize, rows: i32, C: i32, targets: usize, ignoreInd
     for (; i < C4; i += 4) mv = f32x4.max(mv, v128.load(o + (<usize>i << 2)));
     let m: f32 = max(max(f32x4.extract_lane(mv, 0), f32x4.extract_lane(mv, 1)), max(f32x4.extract_lane(mv, 2), f32x4.extract_lane(mv, 3)));
     for (; i < C; i++) m = max(m, load<f32>(o + (<usize>i << 2)));
-    const mx = <f64>m;
-    const ms = f64x2.splat(mx);
+    const m4 = f32x4.splat(m);
     let s0 = f64x2.splat(0);
     let s1 = f64x2.splat(0);
     i = 0;
     for (; i < C4; i += 4) {
-      const p = o + (<usize>i << 2);
-      s0 = f64x2.add(s0, expF64x2(f64x2.sub(load2(p), ms)));
-      s1 = f64x2.add(s1, expF64x2(f64x2.sub(load2(p + 8), ms)));
+      const e = expShifted(v128.load(o + (<usize>i << 2)), m4);
+      s0 = f64x2.add(s0, f64x2.promote_low_f32x4(e));
+      s1 = f64x2.add(s1, f64x2.promote_low_f32x4(i32x4.shuffle(e, e, 2, 3, 2, 3)));
     }
-    for (; i < C2; i += 2) s0 = f64x2.add(s0, expF64x2(f64x2.sub(load2(o + (<usize>i << 2)), ms)));
     const s = f64x2.add(s0, s1);
     let sum = f64x2.extract_lane(s, 0) + f64x2.extract_lane(s, 1);
-    if (i < C) sum += expF64(<f64>load<f32>(o + (<usize>i << 2)) - mx);
+    for (; i < C; i++) sum += <f64>expShifted1(load<f32>(o + (<usize>i << 2)), m4);
     const st = stats + (<usize>n << 4);
-    store<f64>(st, mx);
+    store<f64>(st, <f64>m);
     store<f64>(st, sum, 8);
   }
 }
 
 /**
- * dx [rows, C] += g·(softmax(x) − onehot(target)) for every counted row, from ceForward's stats: e·(g/Σ) at
- * every element, then the target's element set to its old value + g·(e/Σ − 1) (the JS loop's two forms,
- * each summed in float64 and rounded once). Ignored rows are untouched.
+ * dx [rows, C] += g·(softmax(x) − onehot(target)) for every counted row, from ceForward's stats: e·(g/Σ)
+ * at every element in float32 (e from expShifted, as the forward), then the target's element set to its
+ * old value + g·(e/Σ − 1) in float64 (the one element where 1 − p can cancel). Ignored rows are untouched.
  */
 export function ceBackward(
   x: usize, dx: usize, rows: i32, C: i32, targets: usize, ignoreIndex: i32, stats: usize, g: f64,
 ): void {
   const rowBytes = <usize>C << 2;
-  const C2 = C & ~1;
+  const C4 = C & ~3;
   for (let n = 0; n < rows; n++) {
     const t = load<i32>(targets + (<usize>n << 2));
     if (t == ignoreIndex) continue;
     const st = stats + (<usize>n << 4);
     const mx = load<f64>(st);
     const sum = load<f64>(st, 8);
-    const kg = g / sum;
+    const m4 = f32x4.splat(<f32>mx);
+    const kg = <f32>(g / sum);
+    const ks = f32x4.splat(kg);
     const o = x + <usize>n * rowBytes;
     const d = dx + <usize>n * rowBytes;
     const tAt = <usize>t << 2;
     const old = <f64>load<f32>(d + tAt);
-    const ms = f64x2.splat(mx);
-    const ks = f64x2.splat(kg);
     let i = 0;
-    for (; i < C2; i += 2) {
+    for (; i < C4; i += 4) {
       const at = <usize>i << 2;
-      const e = expF64x2(f64x2.sub(load2(o + at), ms));
-      store2(d + at, f64x2.add(load2(d + at), f64x2.mul(e, ks)));
+      const e = expShifted(v128.load(o + at), m4);
+      v128.store(d + at, madd(e, ks, v128.load(d + at)));
     }
-    if (i < C) {
+    for (; i < C; i++) {
       const at = <usize>i << 2;
-      store<f32>(d + at, <f32>(<f64>load<f32>(d + at) + expF64(<f64>load<f32>(o + at) - mx) * kg));
+      store<f32>(d + at, load<f32>(d + at) + expShifted1(load<f32>(o + at), m4) * kg);
     }
     const et = expF64(<f64>load<f32>(o + tAt) - mx);
     store<f32>(d + tAt, <f32>(old + g * (et / sum - 1.0)));
   }
 }
 
-/** e = e^(−2u), u = √(2/π)·(v + 0.044715·v³), in the JS loop's order (−2·√(2/π) folded as it folds it). */
-@inline
-function geluExp(v: v128): v128 {
-  const cube = f64x2.mul(f64x2.mul(f64x2.mul(k(18), v), v), v);
-  return expF64x2(f64x2.mul(k(19), f64x2.add(v, cube)));
-}
-
 /**
- * y[i] = GELU(x[i]) = v / (1 + e), e = e^(−2u), for n floats; with `saved` ≠ 0 also saved[i] = e (rounded to
- * float32, as the JS loop stores it). Works on pairs; an odd last element is done as a pair with itself
- * (its lane is stored once).
+ * y[i] = GELU(x[i]) for n floats, and saved[i] = e^(−2u) when `saved` ≠ 0: simd.ts's geluSpan, in float32
+ * (≤ 4e-6 relative). The arrays have room for n rounded up to a multiple of 4 (ops-wasm.ts's scratch).
  */
 export function geluForward(x: usize, y: usize, saved: usize, n: i32): void {
-  let i = 0;
-  for (; i + 2 <= n; i += 2) {
-    const at = <usize>i << 2;
-    const v = load2(x + at);
-    const e = geluExp(v);
-    if (saved != 0) store2(saved + at, e);
-    store2(y + at, f64x2.div(v, f64x2.add(k(17), e)));
-  }
-  if (i < n) {
-    const at = <usize>i << 2;
-    const v = f64x2.splat(<f64>load<f32>(x + at));
-    const e = geluExp(v);
-    if (saved != 0) store<f32>(saved + at, <f32>f64x2.extract_lane(e, 0));
-    store<f32>(y + at, <f32>f64x2.extract_lane(f64x2.div(v, f64x2.add(k(17), e)), 0));
-  }
+  geluSpan(x, y, saved, n);
 }
 
-/** dx[i] += dy[i]·GELU′(x[i]) from the saved e (the JS loop's formula and order; 0 for σ(1 − σ) where e = +∞). */
-@inline
-function geluGrad(v: v128, e: v128, dy: v128): v128 {
-  const one = k(17);
-  const s = f64x2.div(one, f64x2.add(one, e));
-  const sp = v128.and(f64x2.mul(f64x2.mul(e, s), s), f64x2.lt(e, k(23)));
-  const poly = f64x2.add(one, f64x2.mul(f64x2.mul(k(20), v), v));
-  const t = f64x2.mul(f64x2.mul(f64x2.mul(f64x2.mul(k(21), v), sp), k(22)), poly);
-  return f64x2.mul(dy, f64x2.add(s, t));
-}
-
+/** dx[i] += dy[i]·GELU′(x[i]) from the saved e: simd.ts's geluSpanBackward, in float32. */
 export function geluBackward(x: usize, saved: usize, dy: usize, dx: usize, n: i32): void {
-  let i = 0;
-  for (; i + 2 <= n; i += 2) {
-    const at = <usize>i << 2;
-    const g = geluGrad(load2(x + at), load2(saved + at), load2(dy + at));
-    store2(dx + at, f64x2.add(load2(dx + at), g));
-  }
-  if (i < n) {
-    const at = <usize>i << 2;
-    const g = geluGrad(
-      f64x2.splat(<f64>load<f32>(x + at)),
-      f64x2.splat(<f64>load<f32>(saved + at)),
-      f64x2.splat(<f64>load<f32>(dy + at)),
-    );
-    store<f32>(dx + at, <f32>(<f64>load<f32>(dx + at) + f64x2.extract_lane(g, 0)));
-  }
+  geluSpanBackward(x, saved, dy, dx, n);
 }
 
 /** Σ of a row of n float32 at p, in float64 (two lanes, then the tail). */

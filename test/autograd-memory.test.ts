@@ -100,7 +100,7 @@ describe('crossEntropy keeps O(N), not the [N, V] softmax', () => {
     });
   }
 
-  it('gradients are bit-identical to softmax(x) − onehot from a stored softmax (the old save), float32 and float64', () => {
+  it('gradients are softmax(x) − onehot from a stored softmax (the old save): float64 bit for bit, float32 (WASM lanes) to a few ulps', () => {
     for (const float64 of [false, true]) {
       const logits = randomParam([7, 11], 2, float64, 4);
       const targets = Int32Array.from([3, -1, 0, 10, 5, -1, 1]);
@@ -120,8 +120,19 @@ describe('crossEntropy keeps O(N), not the [N, V] softmax', () => {
         total += max + Math.log(sum) - row[targets[n]];
         for (let c = 0; c < 11; c++) expected[n * 11 + c] = g * (e[c] / sum - (c === targets[n] ? 1 : 0));
       }
-      expect(loss.data[0]).toBe(float64 ? total / count : Math.fround(total / count));
-      expect(logits.grad).toEqual(expected);
+      if (float64) {
+        expect(loss.data[0]).toBe(total / count);
+        expect(logits.grad).toEqual(expected);
+        continue;
+      }
+      // Float32 logits take the WASM kernel's float32 exps (assembly/ops.ts): ≤ 1e-6 relative per term.
+      expect(Math.abs(loss.data[0] - total / count)).toBeLessThanOrEqual(1e-6);
+      const grad = logits.grad!;
+      for (let i = 0; i < grad.length; i++) {
+        expect(Math.abs(grad[i] - expected[i])).toBeLessThanOrEqual(
+          1e-6 * g + 2 ** -23 * Math.abs(expected[i]),
+        );
+      }
     }
   });
 

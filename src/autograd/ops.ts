@@ -234,11 +234,13 @@ const GELU_A = 0.044715;
  * form, evaluated as x·σ(2u) = x / (1 + e^(−2u)) with u = √(2/π)·(x + 0.044715·x³) — the same function,
  * since ½(1 + tanh u) = σ(2u) — with one exp and no cancellation in either tail (1 + tanh u loses float32
  * digits below x ≈ −4.5 and is 0 below x ≈ −7.3 in float64; this keeps them). NaN and ±∞ give what the
- * tanh form gives (NaN, NaN at −∞, +∞ at +∞). Exported for an op that wants the autograd's GELU bit for
- * bit (the Tensor ops' gelu, to keep their block forward identical to the autograd's).
+ * tanh form gives (NaN, NaN at −∞, +∞ at +∞). Float32 arrays run in WASM SIMD's float32 lanes
+ * (assembly/simd.ts geluSpan, ≤ (1 + 0.6·|u|)·1e-6 relative; the GEMM's fused GELU is the same code),
+ * others here. Exported for an op that wants the autograd's GELU bit for bit (the Tensor ops' gelu, to
+ * keep their block forward identical to the autograd's).
  */
 export function geluValues(x: Floats, y: Floats): void {
-  if (geluForwardWasm(x, y)) return; // float32: the same loop in WASM SIMD (kernels/ops-wasm.ts)
+  if (geluForwardWasm(x, y)) return; // float32: WASM SIMD's float32 lanes (kernels/ops-wasm.ts)
   const n = x.length;
   for (let i = 0; i < n; i++) {
     const v = x[i];
@@ -451,8 +453,8 @@ export function crossEntropy(logits: Var, targets: Int32Array, ignoreIndex = -1)
     if (!(t >= 0 && t < C))
       throw new RangeError(`crossEntropy: target ${t} at row ${n} is outside [0, ${C})`);
   }
-  // Float32 logits: the loop below in WASM SIMD (kernels/ops-wasm.ts: float64 arithmetic, as here);
-  // float64 logits (gradient checks), or no WASM: the loop below.
+  // Float32 logits: WASM SIMD (kernels/ops-wasm.ts: float32 exps, each within about 1e-6 relative,
+  // summed in float64); float64 logits (gradient checks), or no WASM: the loop below.
   const viaWasm = exact ? undefined : crossEntropyWasm(X, N, C, targets, ignoreIndex, stats);
   if (viaWasm !== undefined) {
     total = viaWasm;

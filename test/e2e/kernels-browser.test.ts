@@ -260,7 +260,7 @@ describe('the library in Chromium', () => {
     expect(warnings).toEqual([]);
   });
 
-  it("runs training's WASM element-wise ops (cross-entropy, GELU, LayerNorm), float32 within a rounding of float64", async () => {
+  it("runs training's WASM element-wise ops (cross-entropy, GELU, LayerNorm), float32 within their error bounds of float64", async () => {
     const { page } = await open(await serve(false));
     const result = await page.evaluate(async () => {
       const ops = await load('/dist/autograd/ops.js');
@@ -302,10 +302,20 @@ describe('the library in Chromium', () => {
           }
         };
         const seed = rand(N * C);
-        const pair = (op: (f64: boolean) => { y: ArrayLike<number>; grads: ArrayLike<number>[] }) => {
+        // LayerNorm computes in float64 (within a rounding); GELU and cross-entropy in float32 lanes, within
+        // 8e-6 relative here (assembly/simd.ts, ops.ts: (1 + 0.6·|u|)·1e-6 for GELU, |u| ≤ 5.5 at |x| ≤ 4).
+        const pair = (
+          op: (f64: boolean) => { y: ArrayLike<number>; grads: ArrayLike<number>[] },
+          relative = false,
+        ) => {
           const a = op(false);
           const r = op(true);
-          compare(a.y, r.y);
+          if (!relative) compare(a.y, r.y);
+          else
+            for (let i = 0; i < r.y.length; i++) {
+              if (!(Math.abs(a.y[i] - r.y[i]) <= 8e-6 * Math.abs(r.y[i]) + 1e-37))
+                worst = Number.POSITIVE_INFINITY;
+            }
           for (let i = 0; i < a.grads.length; i++) gradsClose(a.grads[i], r.grads[i]);
         };
         pair((f64) => {
@@ -323,13 +333,13 @@ describe('the library in Chromium', () => {
           const y = ops.gelu(px);
           backward(y, seed);
           return { y: y.data, grads: [px.grad] };
-        });
+        }, true);
         pair((f64) => {
           const px = parameter(as(x, f64), [N, C]);
           const loss = ops.crossEntropy(px, targets);
           backward(loss);
           return { y: loss.data, grads: [px.grad] };
-        });
+        }, true);
       }
       return { served, worst };
     });
