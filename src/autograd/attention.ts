@@ -6,7 +6,13 @@
 import { type AttentionOptions, planAttention } from '../attention/plan.js';
 import { runKernel } from '../attention/sdpa.js';
 import { type FlexMods, resolveFlex } from '../flex/flex.js';
-import { swapMiddle, swapMiddleAccumulate } from '../kernels/matmul.js';
+import {
+  type HeadRotation,
+  headsToPackedAccumulate,
+  packedToHeads,
+  swapMiddle,
+  swapMiddleAccumulate,
+} from '../kernels/matmul.js';
 import { chooseBackward } from '../kernels/registry.js';
 import {
   type AttentionGrads,
@@ -14,6 +20,7 @@ import {
   type BackwardProblem,
   backwardAll,
 } from '../kernels/types.js';
+import { checkRopeArgs, ropeTable } from '../position/rope.js';
 import { Tensor } from '../tensor.js';
 import { type Floats, floatsLike, needsGrad, opResult, type Var } from './var.js';
 
@@ -39,6 +46,70 @@ function accumulateMerged(v: Var, g: Floats, B: number, H: number, T: number, W:
   if (v.requiresGrad) swapMiddleAccumulate(g, B, H, T, W, v.gradBuffer());
 }
 
+/** The heads an attention call runs on: q [B, Hq, L, E], k [B, Hkv, S, Ek], v [B, Hkv, S, Ev]. */
+interface Heads extends Pick<AttentionProblem, 'B' | 'Hq' | 'Hkv' | 'L' | 'S' | 'E' | 'Ev'> {
+  /** k's head width, KW / Hkv (planAttention refuses one other than E). */
+  Ek: number;
+  qh: Floats;
+  kh: Floats;
+  vh: Floats;
+}
+
+/**
+ * Runs the kernels on split heads: the op's result [B, L, Hq·Ev] (heads merged) with `inputs` as its
+ * parents, whose backward computes the heads' gradients [B, H, ·, ·] and hands them to `accumulate`.
+ */
+function attendHeads(
+  inputs: Var[],
+  h: Heads,
+  sdpa: Omit<AttentionOpOptions, 'numHeads' | 'numKvHeads' | 'needWeights' | 'flex'>,
+  flex: FlexMods | undefined,
+  needWeights: boolean,
+  accumulate: (grads: AttentionGrads) => void,
+): { out: Var; weights?: Tensor } {
+  const { B, Hq, Hkv, L, S, E, Ek, Ev, qh, kh, vh } = h;
+  const f32 = (x: Floats) => (x instanceof Float32Array ? x : Float32Array.from(x));
+  const plan = planAttention(
+    FN,
+    new Tensor(f32(qh), [B, Hq, L, E], 'float32'),
+    new Tensor(f32(kh), [B, Hkv, S, Ek], 'float32'),
+    new Tensor(f32(vh), [B, Hkv, S, Ev], 'float32'),
+    sdpa,
+  );
+  // The problem on the op's own arrays. Float32 Vars (training) ask for float32 precision, so the WASM
+  // kernel serves the forward; float64 Vars (gradient checks) ask for float64, so a float64 kernel does.
+  const precision = qh instanceof Float64Array ? 'float64' : 'float32';
+  const problem: BackwardProblem = { ...plan.problem, q: qh, k: kh, v: vh, precision };
+  if (flex) problem.flex = resolveFlex(FN, flex, B, Hq, L, S);
+  const outH = floatsLike(qh, B * Hq * L * Ev); // [B, Hq, L, Ev]
+  // The log-sum-exp only serves the backward: none under noGrad (or for inputs that need no gradient).
+  const lse = needsGrad(inputs) ? new Float64Array(B * Hq * L) : undefined;
+  const weights = needWeights ? new Float32Array(B * Hq * L * S) : undefined;
+  // Kernels only index their arrays, so float64 ones serve where the contract says Float32Array.
+  runKernel(
+    FN,
+    { ...plan, problem: problem as unknown as AttentionProblem },
+    {
+      out: outH as Float32Array,
+      lse,
+      weights,
+    },
+  );
+
+  const result = opResult(swapMiddle(outH, B, Hq, L, Ev), [B, L, Hq * Ev], inputs, () => {
+    const dOut = swapMiddle(result.grad!, B, L, Hq, Ev); // [B, Hq, L, Ev]
+    const grads: AttentionGrads = {
+      dq: floatsLike(qh, qh.length),
+      dk: floatsLike(kh, kh.length),
+      dv: floatsLike(vh, vh.length),
+    };
+    const inputs = { dOut, out: outH, lse: lse! }; // opResult runs this only when a gradient is needed
+    backwardAll(chooseBackward(FN, 'auto', problem, inputs), problem, inputs, grads);
+    accumulate(grads);
+  });
+  return { out: result, weights: weights && new Tensor(weights, [B, Hq, L, S]) };
+}
+
 /**
  * q [B, L, Hq·E], k [B, S, Hkv·E], v [B, S, Hkv·Ev] → out [B, L, Hq·Ev] (heads concatenated, as
  * MultiHeadAttention before its output projection), plus the weights when asked for.
@@ -61,52 +132,76 @@ export function attention(
     throw new RangeError(`${FN}: widths must split into ${Hq} query and ${Hkv} key/value heads (${shapes})`);
   }
   const E = QW / Hq;
+  const Ek = KW / Hkv;
   const Ev = VW / Hkv;
   // Split heads: [B, L, H, E] → [B, H, L, E].
-  const qh = swapMiddle(q.data, B, L, Hq, E);
-  const kh = swapMiddle(k.data, B, S, Hkv, KW / Hkv);
-  const vh = swapMiddle(v.data, B, S, Hkv, Ev);
-  const f32 = (x: Floats) => (x instanceof Float32Array ? x : Float32Array.from(x));
-  const plan = planAttention(
-    FN,
-    new Tensor(f32(qh), [B, Hq, L, E], 'float32'),
-    new Tensor(f32(kh), [B, Hkv, S, KW / Hkv], 'float32'),
-    new Tensor(f32(vh), [B, Hkv, S, Ev], 'float32'),
-    sdpa,
-  );
-  // The problem on the op's own arrays. Float32 Vars (training) ask for float32 precision, so the WASM
-  // kernel serves the forward; float64 Vars (gradient checks) ask for float64, so a float64 kernel does.
-  const precision = q.data instanceof Float64Array ? 'float64' : 'float32';
-  const problem: BackwardProblem = { ...plan.problem, q: qh, k: kh, v: vh, precision };
-  if (flex) problem.flex = resolveFlex(FN, flex, B, Hq, L, S);
-  const outH = floatsLike(q.data, B * Hq * L * Ev); // [B, Hq, L, Ev]
-  // The log-sum-exp only serves the backward: none under noGrad (or for inputs that need no gradient).
-  const lse = needsGrad([q, k, v]) ? new Float64Array(B * Hq * L) : undefined;
-  const weights = needWeights ? new Float32Array(B * Hq * L * S) : undefined;
-  // Kernels only index their arrays, so float64 ones serve where the contract says Float32Array.
-  runKernel(
-    FN,
-    { ...plan, problem: problem as unknown as AttentionProblem },
-    {
-      out: outH as Float32Array,
-      lse,
-      weights,
-    },
-  );
-
-  const result = opResult(swapMiddle(outH, B, Hq, L, Ev), [B, L, Hq * Ev], [q, k, v], () => {
-    const dOut = swapMiddle(result.grad!, B, L, Hq, Ev); // [B, Hq, L, Ev]
-    const grads: AttentionGrads = {
-      dq: floatsLike(q.data, q.size),
-      dk: floatsLike(k.data, k.size),
-      dv: floatsLike(v.data, v.size),
-    };
-    const inputs = { dOut, out: outH, lse: lse! }; // opResult runs this only when a gradient is needed
-    backwardAll(chooseBackward(FN, 'auto', problem, inputs), problem, inputs, grads);
+  const heads: Heads = {
+    B,
+    Hq,
+    Hkv,
+    L,
+    S,
+    E,
+    Ek,
+    Ev,
+    qh: swapMiddle(q.data, B, L, Hq, E),
+    kh: swapMiddle(k.data, B, S, Hkv, Ek),
+    vh: swapMiddle(v.data, B, S, Hkv, Ev),
+  };
+  return attendHeads([q, k, v], heads, sdpa, flex, needWeights, (grads) => {
     // Merge heads back: [B, H, L, E] → [B, L, H, E], added straight into the grads (no merged copy).
     accumulateMerged(q, grads.dq, B, Hq, L, E);
-    accumulateMerged(k, grads.dk, B, Hkv, S, KW / Hkv);
+    accumulateMerged(k, grads.dk, B, Hkv, S, Ek);
     accumulateMerged(v, grads.dv, B, Hkv, S, Ev);
   });
-  return { out: result, weights: weights && new Tensor(weights, [B, Hq, L, S]) };
+}
+
+/** Options of attentionPacked: the attention op's, plus RoPE on q and k. */
+export interface PackedAttentionOptions extends Omit<AttentionOpOptions, 'numKvHeads'> {
+  /** Rotate q and k (rotate-half RoPE) at positions offset … offset + L − 1, as the `rope` op does. */
+  rope?: { base: number; offset: number };
+}
+
+/**
+ * Self-attention from packed projections qkv [B, L, 3·H·E] (each row q | k | v, as PyTorch's in_proj
+ * produces them) → out [B, L, H·E]: the same numbers, forward and backward, as splitLast into thirds, `rope`
+ * on q and k (with options.rope), then `attention` — bit for bit — but each third goes from the packed
+ * rows to split heads in one pass (rotated on the way), and the backward adds the heads' gradients
+ * (turned back) straight into qkv's grad: no per-third copies, rotated copies or merged gradients.
+ */
+export function attentionPacked(qkv: Var, options: PackedAttentionOptions): { out: Var; weights?: Tensor } {
+  const { numHeads: H, needWeights = false, flex, rope: rot, ...sdpa } = options;
+  const [B, L, W3] = qkv.shape;
+  if (qkv.shape.length !== 3 || !(H >= 1) || W3 % (3 * H) !== 0) {
+    throw new RangeError(
+      `${FN}: packed qkv [${qkv.shape}] must be [B, L, 3·H·E] for ${H} heads (q | k | v per row)`,
+    );
+  }
+  const E = W3 / (3 * H);
+  let rotate: HeadRotation | undefined;
+  if (rot) {
+    checkRopeArgs(FN, [B, L, H * E], H, E, rot.offset, rot.base);
+    rotate = ropeTable(L, E, rot.offset, rot.base);
+  }
+  const X = qkv.data;
+  const heads: Heads = {
+    B,
+    Hq: H,
+    Hkv: H,
+    L,
+    S: L,
+    E,
+    Ek: E,
+    Ev: E,
+    qh: packedToHeads(X, B, L, 3, 0, H, E, rotate),
+    kh: packedToHeads(X, B, L, 3, 1, H, E, rotate),
+    vh: packedToHeads(X, B, L, 3, 2, H, E),
+  };
+  return attendHeads([qkv], heads, sdpa, flex, needWeights, (grads) => {
+    if (!qkv.requiresGrad) return;
+    const dst = qkv.gradBuffer();
+    headsToPackedAccumulate(grads.dq, B, L, 3, 0, H, E, dst, rotate);
+    headsToPackedAccumulate(grads.dk, B, L, 3, 1, H, E, dst, rotate);
+    headsToPackedAccumulate(grads.dv, B, L, 3, 2, H, E, dst);
+  });
 }

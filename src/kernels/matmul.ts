@@ -191,3 +191,105 @@ export function swapMiddleAccumulate(
     }
   }
 }
+
+/** RoPE's cos and sin [L, E/2] (position/rope.ts ropeTable) for a head split that also rotates. */
+export interface HeadRotation {
+  cos: Float64Array;
+  sin: Float64Array;
+}
+
+/**
+ * One part of packed projections x [N, L, P·H·E] (per row, P parts of H heads of E features: e.g. q | k |
+ * v), split into heads [N, H, L, E] in x's array type: swapMiddle of that part, in one pass over it. With
+ * `rotate`, each head is also turned by rotate-half RoPE at its row's position (rotateHalfHeads' formula
+ * and float64 products), so the result is bit for bit splitLast, then rope, then swapMiddle.
+ */
+export function packedToHeads<T extends Float32Array | Float64Array>(
+  x: T,
+  N: number,
+  L: number,
+  P: number,
+  part: number,
+  H: number,
+  E: number,
+  rotate?: HeadRotation,
+): T {
+  const y = (
+    x instanceof Float64Array ? new Float64Array(N * H * L * E) : new Float32Array(N * H * L * E)
+  ) as T;
+  const W = H * E;
+  const row = P * W;
+  const half = E / 2;
+  for (let n = 0; n < N; n++) {
+    for (let i = 0; i < L; i++) {
+      const src = (n * L + i) * row + part * W;
+      const t = i * half;
+      for (let h = 0; h < H; h++) {
+        const from = src + h * E;
+        const to = ((n * H + h) * L + i) * E;
+        if (!rotate) {
+          for (let d = 0; d < E; d++) y[to + d] = x[from + d];
+          continue;
+        }
+        const { cos, sin } = rotate;
+        for (let d = 0; d < half; d++) {
+          const a = x[from + d];
+          const b = x[from + d + half];
+          const c = cos[t + d];
+          const s = sin[t + d];
+          y[to + d] = a * c - b * s;
+          y[to + d + half] = b * c + a * s;
+        }
+      }
+    }
+  }
+  return y;
+}
+
+/**
+ * The backward of packedToHeads: dst [N, L, P·H·E] (the packed projections' grad) += g [N, H, L, E]
+ * merged back into part `part`, turned back by −angle first with `rotate` (each turned value rounded to
+ * dst's type before it is added, as the unfused ops' intermediate grads round it). Bit for bit what
+ * swapMiddleAccumulate, rope's backward and splitLast's backward add, when dst's part was all zeros or the
+ * same sums follow.
+ */
+export function headsToPackedAccumulate(
+  g: Float32Array | Float64Array,
+  N: number,
+  L: number,
+  P: number,
+  part: number,
+  H: number,
+  E: number,
+  dst: Float32Array | Float64Array,
+  rotate?: HeadRotation,
+): void {
+  const W = H * E;
+  const row = P * W;
+  const half = E / 2;
+  const round = dst instanceof Float32Array;
+  for (let n = 0; n < N; n++) {
+    for (let h = 0; h < H; h++) {
+      for (let i = 0; i < L; i++) {
+        const from = ((n * H + h) * L + i) * E;
+        const to = (n * L + i) * row + part * W + h * E;
+        if (!rotate) {
+          for (let d = 0; d < E; d++) dst[to + d] += g[from + d];
+          continue;
+        }
+        const { cos, sin } = rotate;
+        const t = i * half;
+        for (let d = 0; d < half; d++) {
+          const a = g[from + d];
+          const b = g[from + d + half];
+          const c = cos[t + d];
+          const s = sin[t + d];
+          const ra = a * c + b * s;
+          const rb = b * c - a * s;
+          dst[to + d] += round ? Math.fround(ra) : ra;
+          dst[to + d + half] += round ? Math.fround(rb) : rb;
+        }
+      }
+    }
+  }
+}

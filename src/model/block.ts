@@ -97,6 +97,12 @@ export interface BlockOps<T extends Shaped> {
   rope(x: T, numHeads: number, headDim: number, offset: number, base: number): T;
   /** q [B, L, H·E], k [B, S, Hkv·E], v [B, S, Hkv·Ev] → heads concatenated [B, L, H·Ev] (+ weights). */
   attention(q: T, k: T, v: T, options: BlockAttentionOptions): { out: T; weights?: Tensor };
+  /**
+   * Optional: self-attention from packed projections qkv [B, L, 3·H·E] (q | k | v per row), q and k
+   * turned by options.rope when given — the same numbers as splitLast into thirds, rope and attention,
+   * without their intermediate copies. `attend` uses it when it can (see there).
+   */
+  attentionPacked?(qkv: T, options: BlockAttentionOptions): { out: T; weights?: Tensor };
   /** Inverted dropout with probability p, masks drawn from `generator`. */
   dropout(x: T, p: number, generator: Generator): T;
 }
@@ -130,6 +136,20 @@ export function attend<T extends Shaped>(
   options: BlockAttentionOptions,
   observer?: BlockObserver<T>,
 ): { heads: T; weights?: Tensor } {
+  const H = options.numHeads;
+  if (
+    p.inProjWeight &&
+    !kv &&
+    ops.attentionPacked &&
+    !observer?.projected &&
+    !options.cache &&
+    (options.numKvHeads ?? H) === H
+  ) {
+    // The packed path in one op (training's): nothing looks at q, k and v on their own.
+    const a = ops.attentionPacked(ops.linear(x, p.inProjWeight, p.inProjBias), options);
+    observer?.attended?.(a.out, a.weights);
+    return { heads: a.out, weights: a.weights };
+  }
   let q: T;
   let k: T;
   let v: T;
@@ -151,7 +171,6 @@ export function attend<T extends Shaped>(
   const { rope, ...rest } = options;
   if (rope) {
     if (kv) throw new Error('attend: rope serves self-attention only (keys at the queries’ positions)');
-    const H = options.numHeads;
     const Hkv = options.numKvHeads ?? H;
     const E = q.shape[2] / H;
     q = ops.rope(q, H, E, rope.offset, rope.base);

@@ -7,7 +7,7 @@ import { type AttentionOptions, type AttentionPlan, planAttention } from '../att
 import { runKernel } from '../attention/sdpa.js';
 import { geluValues, layerNormValues } from '../autograd/ops.js';
 import { type KVCache, planCachedAttention } from '../cache/kv-cache.js';
-import { linear as gemm, swapMiddle } from '../kernels/matmul.js';
+import { linear as gemm, type HeadRotation, packedToHeads, swapMiddle } from '../kernels/matmul.js';
 import { checkRopeArgs, ropeTable, rotateHalfHeads } from '../position/rope.js';
 import type { Generator } from '../random.js';
 import { sizeOf } from '../shape.js';
@@ -145,6 +145,42 @@ export const tensorOps: BlockOps<Tensor> = {
     // [B, H, L, S]: with a cache S is every key the layer holds, not this step's k.
     const weightsTensor = weights && new Tensor(weights, [q.shape[0], H, q.shape[1], split.plan.problem.S]);
     return { out: split.merge(out), weights: weightsTensor };
+  },
+
+  attentionPacked(qkv, options) {
+    // Self-attention without a cache or GQA (block.ts's attend checks): heads straight from the packed
+    // rows, q and k turned on the way — the numbers of splitLast, rope and attention above, bit for bit.
+    const {
+      numHeads: H,
+      needWeights = false,
+      caller = 'attention',
+      rope,
+      numKvHeads: _numKvHeads,
+      cache: _cache,
+      ...sdpa
+    } = options;
+    const [B, L, W3] = qkv.shape;
+    if (qkv.rank !== 3 || !(H >= 1) || W3 % (3 * H) !== 0) {
+      throw new RangeError(
+        `${caller}: packed qkv [${qkv.shape}] must be [B, L, 3·H·E] for ${H} heads (q | k | v per row)`,
+      );
+    }
+    const E = W3 / (3 * H);
+    let rotate: HeadRotation | undefined;
+    if (rope) {
+      checkRopeArgs('rope', [B, L, H * E], H, E, rope.offset, rope.base);
+      rotate = ropeTable(L, E, rope.offset, rope.base);
+    }
+    const heads = (part: number, r?: HeadRotation) =>
+      new Tensor(packedToHeads(qkv.data, B, L, 3, part, H, E, r), [B, H, L, E]);
+    const plan = planAttention(caller, heads(0, rotate), heads(1, rotate), heads(2), sdpa);
+    const out = new Float32Array(B * H * L * E);
+    const weights = needWeights ? new Float32Array(sizeOf(plan.weightsShape)) : undefined;
+    runKernel(caller, plan, { out, weights });
+    return {
+      out: new Tensor(swapMiddle(out, B, H, L, E), [B, L, H * E]),
+      weights: weights && new Tensor(weights, [B, H, L, L]),
+    };
   },
 
   dropout(x, p, generator: Generator) {
