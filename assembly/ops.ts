@@ -11,67 +11,9 @@
 //
 // Pointers are byte addresses; every f32 array is [n] or [rows, C] row-major, f64 arrays 8-byte aligned.
 
-// e^a, two lanes: k = round(a·log2 e) by the 1.5·2^52 trick, r = a − k·ln2 (Cody–Waite: k·LN2_HI is exact
-// for |k| < 2^21), e^r by its degree-12 Taylor polynomial (|r| ≤ ln2/2: truncation < 2e-16 relative),
-// 2^k as two factors 2^(k>>1)·2^(k−(k>>1)) built in the exponent bits (each normal for k in [−1076, 1024],
-// so the product underflows through the subnormals as Math.exp does, and overflows to +∞ from a ≈ 709.8).
-// a is clamped to [−746, 710] (NaN passes: pmin/pmax keep their first operand unless the bound is strictly
-// beyond it); −∞ gives 0, +∞ gives +∞, NaN gives NaN (the polynomial is NaN).
 import { geluSpan, geluSpanBackward, madd } from './simd';
 
-const LOG2E: f64 = 1.4426950408889634;
 const LOG2E_F32: f32 = 1.4426950408889634;
-const LN2_HI: f64 = 0.6931471803691238; // 32 significant bits
-const LN2_LO: f64 = 1.9082149292705877e-10; // ln 2 − LN2_HI
-const MAGIC: f64 = 6755399441055744.0; // 1.5·2^52
-
-// The constants, read from memory at each use (one broadcast load each): V8 builds a v128 constant with
-// three instructions at every use, which in this loop body would triple its length (measured: ~3× slower).
-const K = memory.data<f64>([
-  -746.0, 710.0, LOG2E, MAGIC, LN2_HI, LN2_LO, // 0–5: clamp, reduction
-  1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0, 1.0 / 5040.0, // 6–11
-  1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, // 12–17: 1/n!, n = 12 … 0
-]);
-
-@inline
-function k(i: i32): v128 {
-  return v128.load64_splat(K + (<usize>i << 3));
-}
-
-@inline
-function expF64x2(a: v128): v128 {
-  const c = f64x2.pmin(f64x2.pmax(a, k(0)), k(1));
-  const shifted = f64x2.add(f64x2.mul(c, k(2)), k(3));
-  const kf = f64x2.sub(shifted, k(3));
-  const r = f64x2.sub(f64x2.sub(c, f64x2.mul(kf, k(4))), f64x2.mul(kf, k(5)));
-  // Horner, highest power first: 1 + r(1 + r(1/2 + r(1/6 + … + r/12!))).
-  let p = k(6);
-  p = f64x2.add(f64x2.mul(p, r), k(7));
-  p = f64x2.add(f64x2.mul(p, r), k(8));
-  p = f64x2.add(f64x2.mul(p, r), k(9));
-  p = f64x2.add(f64x2.mul(p, r), k(10));
-  p = f64x2.add(f64x2.mul(p, r), k(11));
-  p = f64x2.add(f64x2.mul(p, r), k(12));
-  p = f64x2.add(f64x2.mul(p, r), k(13));
-  p = f64x2.add(f64x2.mul(p, r), k(14));
-  p = f64x2.add(f64x2.mul(p, r), k(15));
-  p = f64x2.add(f64x2.mul(p, r), k(16));
-  p = f64x2.add(f64x2.mul(p, r), k(17));
-  p = f64x2.add(f64x2.mul(p, r), k(17));
-  // k from the low bits of shifted (MAGIC's bits are k(3)); 2^j = (j << 52) + the bits of 1.0 (k(17)).
-  const kk = i64x2.sub(shifted, k(3));
-  const k1 = i64x2.shr_s(kk, 1);
-  const k2 = i64x2.sub(kk, k1);
-  const pow1 = i64x2.add(i64x2.shl(k1, 52), k(17));
-  const pow2 = i64x2.add(i64x2.shl(k2, 52), k(17));
-  return f64x2.mul(f64x2.mul(p, pow1), pow2);
-}
-
-/** e^a for one number, the same function as expF64x2 (for tails and single elements). */
-@inline
-function expF64(a: f64): f64 {
-  return f64x2.extract_lane(expF64x2(f64x2.splat(a)), 0);
-}
 
 /** Two float32 at p, widened to float64 lanes. */
 @inline
@@ -88,7 +30,8 @@ function store2(p: usize, v: v128): void {
 // The cross-entropy's float32 exp: simd.ts's exp2x4 with its constant term pinned to 1 (1.0000001 there),
 // so the max element's e^0 is exactly 1 and a row with one class, or one dominant class, gets exactly
 // p = 1 and no gradient. ≤ 1.6e-7 relative on [−½, ½] in exact arithmetic (1.3e-7 unpinned). Constants
-// are read from memory at each use, one broadcast load each (see K above).
+// are read from memory at each use, one broadcast load each (V8 builds a v128 constant with three
+// instructions at every use).
 const CE_F32 = memory.data<f32>([
   LOG2E_F32, -126.0, 12582912.0, 1.0, // 0–3: log2 e, exp2's floor, the 1.5·2^23 that rounds, p0
   6.9314694e-1, 2.4022120e-1, 5.5507131e-2, 9.6755410e-3, 1.3276471e-3, // 4–8: p1 … p5
@@ -195,7 +138,7 @@ export function ceBackward(
       const at = <usize>i << 2;
       store<f32>(d + at, load<f32>(d + at) + expShifted1(load<f32>(o + at), m4) * kg);
     }
-    const et = expF64(<f64>load<f32>(o + tAt) - mx);
+    const et = Math.exp(<f64>load<f32>(o + tAt) - mx); // AssemblyScript's float64 exp (musl's)
     store<f32>(d + tAt, <f32>(old + g * (et / sum - 1.0)));
   }
 }

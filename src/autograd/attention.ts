@@ -170,33 +170,10 @@ export interface PackedAttentionOptions extends Omit<AttentionOpOptions, 'numKvH
  * (turned back) straight into qkv's grad: no per-third copies, rotated copies or merged gradients.
  */
 export function attentionPacked(qkv: Var, options: PackedAttentionOptions): { out: Var; weights?: Tensor } {
-  const { numHeads: H, needWeights = false, flex, rope: rot, ...sdpa } = options;
-  const [B, L, W3] = qkv.shape;
-  if (qkv.shape.length !== 3 || !(H >= 1) || W3 % (3 * H) !== 0) {
-    throw new RangeError(
-      `${FN}: packed qkv [${qkv.shape}] must be [B, L, 3·H·E] for ${H} heads (q | k | v per row)`,
-    );
-  }
-  const E = W3 / (3 * H);
-  let rotate: HeadRotation | undefined;
-  if (rot) {
-    checkRopeArgs(FN, [B, L, H * E], H, E, rot.offset, rot.base);
-    rotate = ropeTable(L, E, rot.offset, rot.base);
-  }
-  const X = qkv.data;
-  const heads: Heads = {
-    B,
-    Hq: H,
-    Hkv: H,
-    L,
-    S: L,
-    E,
-    Ek: E,
-    Ev: E,
-    qh: packedToHeads(X, B, L, 3, 0, H, E, rotate),
-    kh: packedToHeads(X, B, L, 3, 1, H, E, rotate),
-    vh: packedToHeads(X, B, L, 3, 2, H, E),
-  };
+  const { numHeads: H, needWeights = false, flex, rope, ...sdpa } = options;
+  const p = splitPacked(FN, qkv.data, qkv.shape, H, rope);
+  const { B, L, E, rotate } = p;
+  const heads: Heads = { B, Hq: H, Hkv: H, L, S: L, E, Ek: E, Ev: E, qh: p.q, kh: p.k, vh: p.v };
   return attendHeads([qkv], heads, sdpa, flex, needWeights, (grads) => {
     if (!qkv.requiresGrad) return;
     const dst = qkv.gradBuffer();
@@ -204,4 +181,39 @@ export function attentionPacked(qkv: Var, options: PackedAttentionOptions): { ou
     headsToPackedAccumulate(grads.dk, B, L, 3, 1, H, E, dst, rotate);
     headsToPackedAccumulate(grads.dv, B, L, 3, 2, H, E, dst);
   });
+}
+
+/**
+ * Packed projections [B, L, 3·H·E] (q | k | v per row) → q, k, v split into heads [B, H, L, E], q and k
+ * turned by `rope` when given; checks the shape and the rope arguments, naming `fn`. The one split of
+ * both attentionPacked ops (this one and the Tensor ops', model/ops-tensor.ts).
+ */
+export function splitPacked<T extends Float32Array | Float64Array>(
+  fn: string,
+  data: T,
+  shape: readonly number[],
+  H: number,
+  rope: { base: number; offset: number } | undefined,
+): { B: number; L: number; E: number; rotate: HeadRotation | undefined; q: T; k: T; v: T } {
+  const [B, L, W3] = shape;
+  if (shape.length !== 3 || !(H >= 1) || W3 % (3 * H) !== 0) {
+    throw new RangeError(
+      `${fn}: packed qkv [${shape}] must be [B, L, 3·H·E] for ${H} heads (q | k | v per row)`,
+    );
+  }
+  const E = W3 / (3 * H);
+  let rotate: HeadRotation | undefined;
+  if (rope) {
+    checkRopeArgs(fn, [B, L, H * E], H, E, rope.offset, rope.base);
+    rotate = ropeTable(L, E, rope.offset, rope.base);
+  }
+  return {
+    B,
+    L,
+    E,
+    rotate,
+    q: packedToHeads(data, B, L, 3, 0, H, E, rotate),
+    k: packedToHeads(data, B, L, 3, 1, H, E, rotate),
+    v: packedToHeads(data, B, L, 3, 2, H, E),
+  };
 }

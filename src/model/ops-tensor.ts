@@ -5,9 +5,10 @@
 
 import { type AttentionOptions, type AttentionPlan, planAttention } from '../attention/plan.js';
 import { runKernel } from '../attention/sdpa.js';
+import { splitPacked } from '../autograd/attention.js';
 import { geluValues, layerNormValues } from '../autograd/ops.js';
 import { type KVCache, planCachedAttention } from '../cache/kv-cache.js';
-import { linear as gemm, type HeadRotation, packedToHeads, swapMiddle } from '../kernels/matmul.js';
+import { linear as gemm, swapMiddle } from '../kernels/matmul.js';
 import { checkRopeArgs, ropeTable, rotateHalfHeads } from '../position/rope.js';
 import type { Generator } from '../random.js';
 import { sizeOf } from '../shape.js';
@@ -159,21 +160,9 @@ export const tensorOps: BlockOps<Tensor> = {
       cache: _cache,
       ...sdpa
     } = options;
-    const [B, L, W3] = qkv.shape;
-    if (qkv.rank !== 3 || !(H >= 1) || W3 % (3 * H) !== 0) {
-      throw new RangeError(
-        `${caller}: packed qkv [${qkv.shape}] must be [B, L, 3·H·E] for ${H} heads (q | k | v per row)`,
-      );
-    }
-    const E = W3 / (3 * H);
-    let rotate: HeadRotation | undefined;
-    if (rope) {
-      checkRopeArgs('rope', [B, L, H * E], H, E, rope.offset, rope.base);
-      rotate = ropeTable(L, E, rope.offset, rope.base);
-    }
-    const heads = (part: number, r?: HeadRotation) =>
-      new Tensor(packedToHeads(qkv.data, B, L, 3, part, H, E, r), [B, H, L, E]);
-    const plan = planAttention(caller, heads(0, rotate), heads(1, rotate), heads(2), sdpa);
+    const { B, L, E, q, k, v } = splitPacked(caller, qkv.data, qkv.shape, H, rope);
+    const heads = (x: Float32Array) => new Tensor(x, [B, H, L, E]);
+    const plan = planAttention(caller, heads(q), heads(k), heads(v), sdpa);
     const out = new Float32Array(B * H * L * E);
     const weights = needWeights ? new Float32Array(sizeOf(plan.weightsShape)) : undefined;
     runKernel(caller, plan, { out, weights });
