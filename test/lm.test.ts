@@ -469,6 +469,13 @@ describe('qkv train --task lm', () => {
     );
     expect((await run([...common, '--lr', 'fast'])).err).toMatch(/--lr must be a number > 0/);
     expect((await run([...common, '--dropout', '1'])).err).toMatch(/--dropout must be a number in \[0, 1\)/);
+    expect((await run([...common, '--optimizer', 'sgd'])).err).toMatch(
+      /--optimizer must be adamw or muon, got 'sgd'/,
+    );
+    expect((await run([...common, '--muon-rms', '0.5'])).err).toMatch(/--muon-rms needs --optimizer muon/);
+    expect((await run([...common, '--optimizer', 'muon', '--muon-rms', '-1'])).err).toMatch(
+      /--muon-rms must be a number > 0, got '-1'/,
+    );
     expect((await run([...common, '--repeats', 'half'])).err).toMatch(
       /--repeats must be a number in \[0, 1\], got 'half'/,
     );

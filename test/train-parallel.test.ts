@@ -16,6 +16,7 @@ const { languageModelTask } = await import(`${dist}train/lm.js`);
 const { BpeTokenizer } = await import(`${dist}nn/index.js`);
 const { nodeTrainPlatform } = await import(`${dist}threads/train-node.js`);
 const { shardRows } = await import(`${dist}train/parallel.js`);
+const { orthogonalise } = await import(`${dist}autograd/optim.js`);
 
 // The built package's classes, typed by their sources.
 type AnyTrainer = TrainerClass;
@@ -189,6 +190,84 @@ describe('Trainer threads with dropout', () => {
     const a = one.trainStep();
     const b = two.trainStep();
     expect(Math.abs(a.loss - b.loss)).toBeLessThan(1e-5 * a.loss);
+  });
+});
+
+describe("Trainer threads with optimizer 'muon'", () => {
+  it('spreads the Newton–Schulz iterations over the threads, with the same bits as one thread', () => {
+    for (const threads of [2, 3]) {
+      const t = trainer({ task: 'copy', seed: 4, steps: 10, batchSize: 6, threads, optimizer: 'muon' });
+      t.trainStep(); // starts the workers
+      let seed = 1;
+      const rand = () => {
+        seed = (seed * 1103515245 + 12345) % 2 ** 31;
+        return seed / 2 ** 31 - 0.5;
+      };
+      const shapes = [
+        [16, 64],
+        [64, 16],
+        [7, 5],
+        [32, 32],
+        [3, 9],
+      ];
+      const jobs = shapes.map(([rows, cols]) => ({
+        x: Float32Array.from({ length: rows * cols }, rand),
+        rows,
+        cols,
+      }));
+      const want = jobs.map((j) => ({ ...j, x: j.x.slice() }));
+      orthogonalise(want, 5);
+      (t as unknown as { parallel: { orthogonalise: typeof orthogonalise } }).parallel.orthogonalise(jobs, 5);
+      jobs.forEach((j, i) => {
+        expect(j.x).toEqual(want[i].x);
+      });
+      // The next step still trains (the workers' grads buffers were only borrowed between steps).
+      expect(Number.isFinite(t.trainStep().loss)).toBe(true);
+    }
+  });
+
+  it('a worker that dies before the iterations: its blocks run here, same bits; the next step restarts', async () => {
+    const t = trainer({ task: 'copy', seed: 4, steps: 10, batchSize: 6, threads: 2, optimizer: 'muon' });
+    t.trainStep();
+    const parallel = (
+      t as unknown as {
+        parallel: {
+          started: { workers: { terminate(): Promise<void> }[] };
+          orthogonalise: typeof orthogonalise;
+        };
+      }
+    ).parallel;
+    await parallel.started.workers[0].terminate();
+    const jobs = [
+      [24, 40],
+      [40, 24],
+    ].map(([rows, cols], j) => ({
+      x: Float32Array.from({ length: rows * cols }, (_, i) => Math.sin(i * 0.37 + j)),
+      rows,
+      cols,
+    }));
+    const want = jobs.map((job) => ({ ...job, x: job.x.slice() }));
+    orthogonalise(want, 5);
+    parallel.orthogonalise(jobs, 5);
+    jobs.forEach((job, i) => {
+      expect(job.x).toEqual(want[i].x);
+    });
+    expect(t.workers).toBe(0);
+    expect(Number.isFinite(t.trainStep().loss)).toBe(true);
+    expect(t.workers).toBe(1);
+  });
+
+  it('is deterministic by seed and resumes exactly from saveState', () => {
+    const options = { task: tinyLm(0.1), seed: 7, steps: 10, batchSize: 6, optimizer: 'muon', threads: 2 };
+    const a = trainer(options);
+    const la = [1, 2, 3, 4].map(() => a.trainStep().loss);
+    const b = trainer(options);
+    const lb = [1, 2].map(() => b.trainStep().loss);
+    const c = trainer(options);
+    c.restoreState(b.saveState());
+    lb.push(c.trainStep().loss, c.trainStep().loss);
+    expect(lb).toEqual(la);
+    expect(paramDistance(a, c).maxAbs).toBe(0);
   });
 });
 

@@ -1,6 +1,6 @@
 /**
  * A small reverse-mode autograd: `Var` (a tensor that records the ops on it), the ops of a transformer
- * (linear, layerNorm, gelu, attention, crossEntropy, …), `backward`, and the AdamW optimiser. Its names
+ * (linear, layerNorm, gelu, attention, crossEntropy, …), `backward`, and the AdamW and Muon optimisers. Its names
  * are re-exported as one namespace (`import { autograd } from 'qkv/nn'`), so generic op names (add, scale,
  * linear) do not crowd the library's top level.
  *
@@ -20,7 +20,18 @@ export {
   scale,
   splitLast,
 } from './ops.js';
-export { AdamW, type AdamWOptions, clipGradNorm, warmupCosine } from './optim.js';
+export {
+  AdamW,
+  type AdamWOptions,
+  clipGradNorm,
+  Muon,
+  type MuonJob,
+  type MuonMatrix,
+  type MuonOptions,
+  type Orthogonaliser,
+  orthogonalise,
+  warmupCosine,
+} from './optim.js';
 export {
   backward,
   constant,

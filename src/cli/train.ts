@@ -68,6 +68,9 @@ Options of --task lm:
                        --steps (which it needs); default --steps. More: the run stops partway down the
                        cosine (the first phase of a longer schedule)
   --dropout <p>        dropout after attention and MLP outputs, in [0, 1); default 0.1
+  --optimizer <name>   adamw (default), or muon: Muon for the blocks' weight matrices (each update
+                       orthogonalised), AdamW for the embedding, biases and gains, at one --lr
+  --muon-rms <x>       with --optimizer muon: the RMS of a matrix's update per unit of --lr; default 0.2
   --repeats <p>        share of each batch's windows, in [0, 1], that are a random segment repeated to
                        the window's end, scored on the copies: in-context copying, which natural text
                        teaches too rarely for an induction head to form in a short run; default 0
@@ -119,6 +122,25 @@ interface LmArgs {
   saveEvery: number;
   resume: boolean;
   float16: boolean;
+  optimizer: 'adamw' | 'muon';
+  muonRms?: number;
+}
+
+/** --optimizer: 'adamw' (default) or 'muon'. */
+function optimizerOption(value: unknown): 'adamw' | 'muon' {
+  if (value === undefined || value === 'adamw') return 'adamw';
+  if (value === 'muon') return 'muon';
+  throw new UsageError(`train: --optimizer must be adamw or muon, got '${String(value)}'`);
+}
+
+/** --muon-rms: a number > 0, with --optimizer muon only. */
+function muonRmsOption(value: unknown, optimizer: unknown): number | undefined {
+  if (value === undefined) return undefined;
+  if (optimizer !== 'muon') throw new UsageError('train: --muon-rms needs --optimizer muon');
+  const x = Number(value);
+  if (!(Number.isFinite(x) && x > 0))
+    throw new UsageError(`train: --muon-rms must be a number > 0, got '${String(value)}'`);
+  return x;
 }
 
 function parse(argv: string[]): TrainArgs | 'help' {
@@ -148,6 +170,8 @@ function parse(argv: string[]): TrainArgs | 'help' {
     'save-every': { type: 'string' },
     resume: { type: 'boolean' },
     float16: { type: 'boolean' },
+    optimizer: { type: 'string' },
+    'muon-rms': { type: 'string' },
     help: { type: 'boolean', short: 'h' },
   });
   if (values.help) return 'help';
@@ -197,6 +221,8 @@ function parse(argv: string[]): TrainArgs | 'help' {
     'save-every',
     'resume',
     'float16',
+    'optimizer',
+    'muon-rms',
   ];
   let lm: LmArgs | undefined;
   if (task === 'lm') {
@@ -238,6 +264,8 @@ function parse(argv: string[]): TrainArgs | 'help' {
       saveEvery: integerOption('train', values, 'save-every', 100, 1, 1_000_000),
       resume: Boolean(values.resume),
       float16: Boolean(values.float16),
+      optimizer: optimizerOption(values.optimizer),
+      muonRms: muonRmsOption(values['muon-rms'], values.optimizer),
     };
     const steps = int('steps', 1, 1_000_000);
     if (lm.scheduleSteps !== undefined && steps === undefined) {
@@ -513,6 +541,8 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
     batchSize: o.batchSize,
     lr: o.lr,
     warmup: o.warmup,
+    optimizer: o.optimizer,
+    ...(o.muonRms === undefined ? {} : { muonRms: o.muonRms }),
     ...(o.scheduleSteps === undefined ? {} : { scheduleSteps: o.scheduleSteps }),
     ...threadOptions(args),
   });

@@ -1,15 +1,18 @@
 // What a data-parallel training worker runs, whatever the platform: build a replica of the model, then
 // block on the step counter; each step copy the shared parameters into the replica, run the forward and
 // backward of its shard with the loss seeded by the shard's weight (so the shards' gradients add up to the
-// whole batch's), write the gradients, loss and dropout generator state, and say done. See
+// whole batch's), write the gradients, loss and dropout generator state, and say done; or, asked between
+// steps, run Muon's Newton–Schulz iterations on the blocks it is given. See
 // train/parallel-protocol.ts for the memory and train/parallel.ts for the calling thread's side.
 
 import { crossEntropy } from '../autograd/ops.js';
+import { type MuonJob, orthogonalise } from '../autograd/optim.js';
 import { backward } from '../autograd/var.js';
 import { TinyTransformer, type TransformerConfig } from '../model/transformer.js';
 import { Generator } from '../random.js';
 import { Tensor } from '../tensor.js';
 import {
+  COMMAND_ORTHOGONALISE,
   COMMAND_STOP,
   CONTROL,
   doneIndex,
@@ -63,15 +66,28 @@ export function serveTraining(init: TrainWorkerInit): void {
     const now = Atomics.load(ctl, CONTROL.step);
     if (now === seen) continue;
     seen = now;
-    if (Atomics.load(ctl, CONTROL.command) === COMMAND_STOP) return;
+    const command = Atomics.load(ctl, CONTROL.command);
+    if (command === COMMAND_STOP) return;
     try {
-      step();
+      if (command === COMMAND_ORTHOGONALISE) orthogonaliseBlocks();
+      else step();
     } catch (err) {
       reportFailure(init, err);
       return;
     }
     Atomics.store(ctl, doneIndex(w), seen);
     Atomics.notify(ctl, doneIndex(w));
+  }
+
+  /** Muon's blocks, listed in the slot's ids area, orthogonalised in place in the grads buffer. */
+  function orthogonaliseBlocks(): void {
+    const list = slot.ids;
+    const jobs: MuonJob[] = [];
+    for (let k = 0; k < list[1]; k++) {
+      const [offset, rows, cols] = list.subarray(2 + 3 * k, 5 + 3 * k);
+      jobs.push({ x: grads.subarray(offset, offset + rows * cols), rows, cols });
+    }
+    orthogonalise(jobs, list[0]);
   }
 
   function step(): void {

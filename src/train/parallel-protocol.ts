@@ -4,7 +4,7 @@
 //
 // Memory, all SharedArrayBuffers made by the calling thread when it starts the workers:
 // - control (Int32): STEP, the step counter the calling thread bumps (and Atomics.notify's) to start a
-//   step; COMMAND (step or stop); per worker w its DONE (the last STEP it finished, or the STEP it started
+//   step; COMMAND (step, Muon's orthogonalisation, or stop); per worker w its DONE (the last STEP it finished, or the STEP it started
 //   at once it is ready), STATUS (0, or FAILED with the message's UTF-8 bytes in its error area) and
 //   the message's length.
 // - params (Float32): every parameter in the model's order, written by the calling thread before each
@@ -24,6 +24,12 @@ export const CONTROL = {
 
 export const COMMAND_STEP = 0;
 export const COMMAND_STOP = 1;
+/**
+ * Muon's Newton–Schulz iterations on the blocks the calling thread wrote into the worker's grads buffer
+ * (free between steps), listed in its slot's ids area: steps, count, then (offset, rows, cols) per block;
+ * the worker overwrites each block with its result.
+ */
+export const COMMAND_ORTHOGONALISE = 2;
 export const STATUS_OK = 0;
 export const STATUS_FAILED = 1;
 

@@ -7,11 +7,13 @@
 // shared memory and Atomics (parallel-protocol.ts), nothing posted per step.
 
 import { crossEntropy } from '../autograd/ops.js';
+import { type MuonJob, orthogonalise } from '../autograd/optim.js';
 import { backward, type Var } from '../autograd/var.js';
 import type { TinyTransformer } from '../model/transformer.js';
 import type { Generator } from '../random.js';
 import { type DType, Tensor } from '../tensor.js';
 import {
+  COMMAND_ORTHOGONALISE,
   COMMAND_STEP,
   COMMAND_STOP,
   CONTROL,
@@ -218,6 +220,89 @@ export class ParallelSteps {
     this.timings.wait = t2 - t1;
     this.timings.reduce = performance.now() - t2;
     return Math.fround(loss);
+  }
+
+  /**
+   * Muon's orthogonaliser over the threads: the blocks are dealt out by cost (largest first, each to the
+   * least loaded thread), the workers' written into their grads buffers (free between steps), this
+   * thread's run here meanwhile, and the results copied back. The same bits as on one thread: every block
+   * runs the same code whichever thread runs it. Before the first step (no workers yet), or when the
+   * blocks do not fit, all run here; a worker that fails or dies meanwhile has its blocks run here too
+   * (never a half-made update), and the next step starts new workers.
+   */
+  orthogonalise(jobs: readonly MuonJob[], steps: number): void {
+    const run = this.started;
+    const n = this.threads;
+    if (!run || n < 2 || jobs.length < 2) {
+      orthogonalise(jobs, steps);
+      return;
+    }
+    const cost = ({ rows, cols }: MuonJob) => {
+      const s = Math.min(rows, cols);
+      return s * s * (2 * Math.max(rows, cols) + s);
+    };
+    const order = jobs.map((_, i) => i).sort((a, b) => cost(jobs[b]) - cost(jobs[a]) || a - b);
+    const load = new Array<number>(n).fill(0);
+    const dealt: number[][] = Array.from({ length: n }, () => []);
+    for (const i of order) {
+      let t = 0;
+      for (let s = 1; s < n; s++) if (load[s] < load[t]) t = s;
+      dealt[t].push(i);
+      load[t] += cost(jobs[i]);
+    }
+    for (let s = 1; s < n; s++) {
+      const size = dealt[s].reduce((a, i) => a + jobs[i].x.length, 0);
+      if (size > run.grads[s].length || 2 + 3 * dealt[s].length > run.slots[s].ids.length) {
+        orthogonalise(jobs, steps);
+        return;
+      }
+    }
+    for (let s = 1; s < n; s++) {
+      const list = run.slots[s].ids;
+      list[0] = steps;
+      list[1] = dealt[s].length;
+      let offset = 0;
+      dealt[s].forEach((i, k) => {
+        const { x, rows, cols } = jobs[i];
+        run.grads[s].set(x, offset);
+        list.set([offset, rows, cols], 2 + 3 * k);
+        offset += x.length;
+      });
+    }
+    Atomics.store(run.ctl, CONTROL.command, COMMAND_ORTHOGONALISE);
+    const g = Atomics.add(run.ctl, CONTROL.step, 1) + 1;
+    Atomics.notify(run.ctl, CONTROL.step);
+    const t0 = performance.now();
+    try {
+      orthogonalise(
+        dealt[0].map((i) => jobs[i]),
+        steps,
+      );
+    } catch (err) {
+      this.stop();
+      throw err;
+    }
+    const limit = Math.max(this.timeoutMs, 10 * (performance.now() - t0));
+    try {
+      for (let s = 1; s < n; s++) this.waitFor(run, s, g, limit);
+    } catch {
+      // A worker failed or died (and every worker was stopped): its blocks are still untouched in `jobs`,
+      // so they run here, and the step completes as on one thread. The next step starts new workers.
+      for (let s = 1; s < n; s++)
+        orthogonalise(
+          dealt[s].map((i) => jobs[i]),
+          steps,
+        );
+      return;
+    }
+    for (let s = 1; s < n; s++) {
+      let offset = 0;
+      for (const i of dealt[s]) {
+        const { x } = jobs[i];
+        x.set(run.grads[s].subarray(offset, offset + x.length));
+        offset += x.length;
+      }
+    }
   }
 
   /** Waits until worker s has finished step g; throws naming it (and stops every worker) if it cannot. */

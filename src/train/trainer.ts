@@ -1,11 +1,12 @@
-// Trainer: one object that owns a task, a TinyTransformer, AdamW and the schedule, and advances one step
-// per call. One decision to know: it never loops on its own and imports nothing from node, so the same
-// code runs under the CLI (which yields between steps for Ctrl-C and the progress bar) and in a Web Worker
-// (which posts each step's numbers and, now and then, attention maps to the page). With `threads` > 1 a
-// step's batch is split over worker threads (parallel.ts), which a `platform` option starts.
+// Trainer: one object that owns a task, a TinyTransformer, its optimizer (AdamW, or Muon) and the
+// schedule, and advances one step per call. One decision to know: it never loops on its own and imports
+// nothing from node, so the same code runs under the CLI (which yields between steps for Ctrl-C and the
+// progress bar) and in a Web Worker (which posts each step's numbers and, now and then, attention maps
+// to the page). With `threads` > 1 a step's batch is split over worker threads (parallel.ts), which a
+// `platform` option starts.
 
 import { crossEntropy } from '../autograd/ops.js';
-import { AdamW, clipGradNorm, warmupCosine } from '../autograd/optim.js';
+import { AdamW, clipGradNorm, Muon, orthogonalise, warmupCosine } from '../autograd/optim.js';
 import { backward, noGrad } from '../autograd/var.js';
 import { decodeSafetensors, encodeSafetensors } from '../io/safetensors.js';
 import { TinyTransformer, type TransformerConfig } from '../model/transformer.js';
@@ -48,6 +49,13 @@ export interface TrainerOptions {
   weightDecay?: number;
   /** Gradient clipping: max global L2 norm. Default 1. */
   clip?: number;
+  /**
+   * 'adamw' (default) for every parameter, or 'muon': Muon for the blocks' weight matrices (q|k|v as
+   * three blocks), AdamW for the embedding, biases and gains, at one learning rate (see Muon).
+   */
+  optimizer?: 'adamw' | 'muon';
+  /** With optimizer 'muon': the RMS of a matrix's update per unit of learning rate (Muon's `rms`), default 0.2. */
+  muonRms?: number;
   /** Model overrides on top of the task's model. */
   model?: Partial<TransformerConfig>;
   /**
@@ -94,6 +102,8 @@ const TRAINER_OPTIONS = [
   'warmup',
   'weightDecay',
   'clip',
+  'optimizer',
+  'muonRms',
   'model',
   'threads',
   'platform',
@@ -138,7 +148,14 @@ function checkTrainerOptions(options: TrainerOptions) {
   checkFinite(fn, lrName, lr, '> 0');
   const [warmup, warmupName] = resolve('warmup');
   checkInteger(fn, warmupName, warmup, 0);
-  const { seed = 0, weightDecay = 0.01, clip = 1, model = {} } = options;
+  const { seed = 0, weightDecay = 0.01, clip = 1, model = {}, optimizer = 'adamw' } = options;
+  if (optimizer !== 'adamw' && optimizer !== 'muon')
+    throw new RangeError(`${fn}: optimizer must be 'adamw' or 'muon', got ${formatValue(optimizer)}`);
+  const { muonRms } = options;
+  if (muonRms !== undefined) {
+    if (optimizer !== 'muon') throw new RangeError(`${fn}: muonRms needs optimizer 'muon'`);
+    checkFinite(fn, 'muonRms', muonRms, '> 0');
+  }
   const scheduleSteps = options.scheduleSteps !== undefined ? options.scheduleSteps : steps;
   checkInteger(fn, 'scheduleSteps', scheduleSteps, 1);
   if (scheduleSteps < (steps as number)) {
@@ -194,6 +211,8 @@ function checkTrainerOptions(options: TrainerOptions) {
     warmup,
     weightDecay,
     clip,
+    optimizer,
+    muonRms,
     model,
     threads,
     platform,
@@ -218,7 +237,7 @@ interface SavedState {
 export class Trainer {
   readonly task: Task;
   readonly model: TinyTransformer;
-  readonly optimizer: AdamW;
+  readonly optimizer: AdamW | Muon;
   readonly steps: number;
   readonly batchSize: number;
   readonly clip: number;
@@ -230,7 +249,14 @@ export class Trainer {
   private readonly schedule: (step: number) => number;
   private readonly data: Generator;
   private readonly dropoutGen: Generator;
-  private readonly options: { lr: number; warmup: number; weightDecay: number; scheduleSteps?: number };
+  private readonly options: {
+    lr: number;
+    warmup: number;
+    weightDecay: number;
+    scheduleSteps?: number;
+    optimizer?: 'muon';
+    muonRms?: number;
+  };
   /** threads > 1: the worker threads, and the dropout generators of shards 1 … threads − 1. */
   private readonly parallel: ParallelSteps | undefined;
   private readonly shardDropout: Generator[] = [];
@@ -246,6 +272,8 @@ export class Trainer {
       warmup,
       weightDecay,
       clip,
+      optimizer,
+      muonRms,
       model,
       threads,
       platform,
@@ -257,11 +285,29 @@ export class Trainer {
     this.batchSize = batchSize;
     this.clip = clip;
     this.model = new TinyTransformer({ ...task.model, ...model }, { seed });
-    this.optimizer = new AdamW(this.model.parameters(), { weightDecay });
+    const params = this.model.parameters();
+    if (optimizer === 'muon') {
+      const matrices = [...this.model.params]
+        .filter(([name, p]) => p.shape.length === 2 && name !== 'embedding.weight')
+        .map(([name, param]) => ({ param, blocks: name.endsWith('in_proj_weight') ? 3 : 1 }));
+      this.optimizer = new Muon(params, matrices, {
+        weightDecay,
+        // With threads, the iterations are spread over them (once they have started: see ParallelSteps).
+        orthogonaliser: (jobs, steps) =>
+          this.parallel ? this.parallel.orthogonalise(jobs, steps) : orthogonalise(jobs, steps),
+        ...(muonRms === undefined ? {} : { rms: muonRms }),
+      });
+    } else this.optimizer = new AdamW(params, { weightDecay });
     this.schedule = warmupCosine({ maxLr: lr, warmup, total: scheduleSteps });
-    // A state saved before scheduleSteps existed (or without it) has the key it always had.
-    this.options =
-      scheduleSteps === steps ? { lr, warmup, weightDecay } : { lr, warmup, weightDecay, scheduleSteps };
+    // A state saved before scheduleSteps or optimizer existed (or without them) has the key it always had.
+    this.options = {
+      lr,
+      warmup,
+      weightDecay,
+      ...(scheduleSteps === steps ? {} : { scheduleSteps }),
+      ...(optimizer === 'muon' ? { optimizer } : {}),
+      ...(muonRms === undefined ? {} : { muonRms }),
+    };
     // Separate streams: the model's initial weights do not depend on how much data was drawn.
     this.data = new Generator(this.seed + 0x51ed);
     this.dropoutGen = new Generator(this.seed + 0xd0);
@@ -281,7 +327,7 @@ export class Trainer {
     return this.step >= this.steps;
   }
 
-  /** One step: a fresh batch, forward, backward, clip, AdamW at the scheduled learning rate. */
+  /** One step: a fresh batch, forward, backward, clip, the optimizer at the scheduled learning rate. */
   trainStep(): StepInfo {
     if (this.parallel) return this.#parallelStep(this.parallel);
     const batch = this.task.batch(this.data, this.batchSize, 'train');
