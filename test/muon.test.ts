@@ -185,6 +185,20 @@ describe('Muon', () => {
     expect(rmsGot).toBeLessThan(0.2 * 1.2);
   });
 
+  it('a NaN or ∞ in a matrix gradient spoils that matrix only (the iteration mixes its entries)', () => {
+    for (const bad of [Number.NaN, Number.POSITIVE_INFINITY]) {
+      const gen = new Generator(25);
+      const w = parameter(normals(gen, 5 * 4), [5, 4]);
+      const other = parameter(normals(gen, 3 * 3), [3, 3]);
+      w.grad = normals(gen, w.size);
+      w.grad[7] = bad;
+      other.grad = normals(gen, other.size);
+      new Muon([w, other], [{ param: w }, { param: other }]).step(0.01);
+      expect(Array.from(w.data).every(Number.isNaN)).toBe(true);
+      expect(Array.from(other.data).every(Number.isFinite)).toBe(true);
+    }
+  });
+
   it('refuses matrices it cannot serve, naming them', () => {
     const w = parameter(new Float32Array(12), [4, 3]);
     const v = parameter(new Float32Array(4), [4]);
