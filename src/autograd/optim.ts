@@ -362,14 +362,16 @@ export class Muon {
   /** Per parameter: m = AdamW's first moment or Muon's momentum, v = AdamW's second moment (Muon: zeros). */
   state(): { t: number; m: Float32Array[]; v: Float32Array[] } {
     const a = this.adam.state();
-    const m: Float32Array[] = this.params.map((p) => new Float32Array(p.size));
-    const v: Float32Array[] = this.params.map((p) => new Float32Array(p.size));
+    // Every parameter is in one group: AdamW's moments, or a matrix's momentum and no second moment.
+    const m = new Array<Float32Array>(this.params.length);
+    const v = new Array<Float32Array>(this.params.length);
     this.adamIndex.forEach((n, j) => {
       m[n] = a.m[j];
       v[n] = a.v[j];
     });
-    this.matrices.forEach(({ index }, j) => {
+    this.matrices.forEach(({ param, index }, j) => {
       m[index] = this.buf[j].slice();
+      v[index] = new Float32Array(param.size);
     });
     return { t: a.t, m, v };
   }
