@@ -183,6 +183,42 @@ describe('a saved and resumed run', () => {
     expect(() => new Trainer({ task: tinyTask(), steps: 5, scheduleSteps: 0.5 })).toThrow(/scheduleSteps/);
   });
 
+  it('with minLr, the cosine ends there (0: to zero); the run key changes only when minLr is given', () => {
+    const rates = (minLr?: number) => {
+      const t = new Trainer({
+        task: tinyTask(),
+        seed: 3,
+        steps: 9,
+        lr: 3e-3,
+        warmup: 1,
+        ...(minLr === undefined ? {} : { minLr }),
+      });
+      const out: number[] = [];
+      while (!t.done) out.push(t.trainStep().lr);
+      return { out, t };
+    };
+    const tenth = rates().out;
+    const zero = rates(0).out;
+    const half = rates(1.5e-3).out;
+    // Step s of 9 (s ≥ 1, past the 1-step warm-up) is at progress (s − 1) / 8 of the cosine.
+    const cosine = (s: number, floor: number) =>
+      floor + 0.5 * (3e-3 - floor) * (1 + Math.cos((Math.PI * (s - 1)) / 8));
+    for (let s = 1; s < 9; s++) {
+      expect(tenth[s]).toBeCloseTo(cosine(s, 3e-4), 15);
+      expect(zero[s]).toBeCloseTo(cosine(s, 0), 15);
+      expect(half[s]).toBeCloseTo(cosine(s, 1.5e-3), 15);
+    }
+    expect(zero[0]).toBe(tenth[0]);
+    expect(zero[8]).toBeLessThan(2e-4);
+    // The default's state resumes in a run that names no minLr; another floor is another run.
+    const a = new Trainer({ task: tinyTask(), seed: 3, steps: 9 });
+    a.trainStep();
+    const b = new Trainer({ task: tinyTask(), seed: 3, steps: 9, minLr: 0 });
+    expect(() => b.restoreState(a.saveState())).toThrow(/the saved run differs from this one/);
+    b.trainStep();
+    expect(() => a.restoreState(b.saveState())).toThrow(/"minLr":0/);
+  });
+
   it('keeps the run key of a state saved without scheduleSteps, and refuses a state of another schedule', () => {
     const a = new Trainer({ task: tinyTask(), seed: 3, steps: 6 });
     a.trainStep();
@@ -476,6 +512,10 @@ describe('qkv train --task lm', () => {
     expect((await run([...common, '--optimizer', 'muon', '--muon-rms', '-1'])).err).toMatch(
       /--muon-rms must be a number > 0, got '-1'/,
     );
+    expect((await run([...common, '--lr', '0.01', '--min-lr', '0.02'])).err).toMatch(
+      /--min-lr must be a number from 0 to --lr \(0\.01\), got '0\.02'/,
+    );
+    expect((await run([...common, '--min-lr', 'none'])).err).toMatch(/--min-lr must be a number/);
     expect((await run([...common, '--repeats', 'half'])).err).toMatch(
       /--repeats must be a number in \[0, 1\], got 'half'/,
     );

@@ -273,6 +273,10 @@ describe('4. every numeric Trainer option is checked', () => {
     expect(make({ steps: 4, scheduleSteps: 3 })).toThrow(
       all('Trainer:', 'scheduleSteps 3 is less than steps 4'),
     );
+    for (const minLr of [-1e-4, Number.NaN, Number.POSITIVE_INFINITY, '0']) {
+      expect(make({ minLr }), String(minLr)).toThrow(all('Trainer:', 'minLr must be a finite number ≥ 0'));
+    }
+    expect(make({ lr: 1e-3, minLr: 2e-3 })).toThrow(all('Trainer:', 'minLr 0.002 is more than lr 0.001'));
     expect(make({ weightDecay: -0.1 })).toThrow(all('Trainer:', 'weightDecay must be a finite number ≥ 0'));
     expect(make({ weightDecay: Number.NaN })).toThrow(all('Trainer:', 'weightDecay', 'NaN'));
     expect(make({ clip: 0 })).toThrow(all('Trainer:', 'clip must be a number > 0'));

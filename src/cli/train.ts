@@ -63,8 +63,9 @@ Options of --task lm:
   --d-ff <n>           MLP width, 1 to 65536; default 1024
   --batch-size <n>     windows per step, 1 to 65536; default 16
   --lr <x>             peak learning rate; default 0.001
+  --min-lr <x>         the learning rate the cosine ends at, 0 to --lr; default --lr / 10
   --warmup <n>         warm-up steps, 0 to 1000000; default 200
-  --schedule-steps <n> steps the learning-rate schedule (warm-up, then cosine to lr/10) spans, at least
+  --schedule-steps <n> steps the learning-rate schedule (warm-up, then cosine to --min-lr) spans, at least
                        --steps (which it needs); default --steps. More: the run stops partway down the
                        cosine (the first phase of a longer schedule)
   --dropout <p>        dropout after attention and MLP outputs, in [0, 1); default 0.1
@@ -112,6 +113,8 @@ interface LmArgs {
   dFF: number;
   batchSize: number;
   lr: number;
+  /** --min-lr: where the cosine ends, when it is not lr / 10. */
+  minLr?: number;
   warmup: number;
   /** --schedule-steps: the schedule's length when it is not --steps. */
   scheduleSteps?: number;
@@ -162,6 +165,7 @@ function parse(argv: string[]): TrainArgs | 'help' {
     'd-ff': { type: 'string' },
     'batch-size': { type: 'string' },
     lr: { type: 'string' },
+    'min-lr': { type: 'string' },
     warmup: { type: 'string' },
     'schedule-steps': { type: 'string' },
     dropout: { type: 'string' },
@@ -213,6 +217,7 @@ function parse(argv: string[]): TrainArgs | 'help' {
     'd-ff',
     'batch-size',
     'lr',
+    'min-lr',
     'warmup',
     'schedule-steps',
     'dropout',
@@ -239,6 +244,12 @@ function parse(argv: string[]): TrainArgs | 'help' {
     if (!(repeats >= 0 && repeats <= 1)) {
       throw new UsageError(`train: --repeats must be a number in [0, 1], got '${String(values.repeats)}'`);
     }
+    const minLr = values['min-lr'] === undefined ? undefined : Number(values['min-lr']);
+    if (minLr !== undefined && !(minLr >= 0 && minLr <= lr)) {
+      throw new UsageError(
+        `train: --min-lr must be a number from 0 to --lr (${lr}), got '${String(values['min-lr'])}'`,
+      );
+    }
     if (values.init === '') throw new UsageError('train: --init needs a checkpoint file name');
     if (values.init !== undefined && values['vocab-size'] !== undefined) {
       throw new UsageError(
@@ -256,6 +267,7 @@ function parse(argv: string[]): TrainArgs | 'help' {
       dFF: integerOption('train', values, 'd-ff', 1024, 1, 1 << 16),
       batchSize: integerOption('train', values, 'batch-size', 16, 1, 1 << 16),
       lr,
+      ...(minLr === undefined ? {} : { minLr }),
       warmup: integerOption('train', values, 'warmup', 200, 0, 1_000_000),
       scheduleSteps: int('schedule-steps', 1, 1_000_000),
       dropout,
@@ -540,6 +552,7 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
     steps: args.steps,
     batchSize: o.batchSize,
     lr: o.lr,
+    ...(o.minLr === undefined ? {} : { minLr: o.minLr }),
     warmup: o.warmup,
     optimizer: o.optimizer,
     ...(o.muonRms === undefined ? {} : { muonRms: o.muonRms }),

@@ -45,6 +45,11 @@ export interface TrainerOptions {
   batchSize?: number;
   /** Peak learning rate (after warm-up). */
   lr?: number;
+  /**
+   * The learning rate the cosine ends at, in [0, lr]; default lr / 10. 0 decays to zero (PyTorch's
+   * CosineAnnealingLR with eta_min 0), which ends a run with its smallest, most averaging steps.
+   */
+  minLr?: number;
   warmup?: number;
   weightDecay?: number;
   /** Gradient clipping: max global L2 norm. Default 1. */
@@ -99,6 +104,7 @@ const TRAINER_OPTIONS = [
   'scheduleSteps',
   'batchSize',
   'lr',
+  'minLr',
   'warmup',
   'weightDecay',
   'clip',
@@ -151,7 +157,11 @@ function checkTrainerOptions(options: TrainerOptions) {
   const { seed = 0, weightDecay = 0.01, clip = 1, model = {}, optimizer = 'adamw' } = options;
   if (optimizer !== 'adamw' && optimizer !== 'muon')
     throw new RangeError(`${fn}: optimizer must be 'adamw' or 'muon', got ${formatValue(optimizer)}`);
-  const { muonRms } = options;
+  const { muonRms, minLr } = options;
+  if (minLr !== undefined) {
+    checkFinite(fn, 'minLr', minLr, '≥ 0');
+    if (minLr > lr) throw new RangeError(`${fn}: minLr ${minLr} is more than lr ${lr}`);
+  }
   if (muonRms !== undefined) {
     if (optimizer !== 'muon') throw new RangeError(`${fn}: muonRms needs optimizer 'muon'`);
     checkFinite(fn, 'muonRms', muonRms, '> 0');
@@ -208,6 +218,7 @@ function checkTrainerOptions(options: TrainerOptions) {
     scheduleSteps,
     batchSize,
     lr,
+    minLr,
     warmup,
     weightDecay,
     clip,
@@ -251,6 +262,7 @@ export class Trainer {
   private readonly dropoutGen: Generator;
   private readonly options: {
     lr: number;
+    minLr?: number;
     warmup: number;
     weightDecay: number;
     scheduleSteps?: number;
@@ -269,6 +281,7 @@ export class Trainer {
       scheduleSteps,
       batchSize,
       lr,
+      minLr,
       warmup,
       weightDecay,
       clip,
@@ -298,10 +311,16 @@ export class Trainer {
         ...(muonRms === undefined ? {} : { rms: muonRms }),
       });
     } else this.optimizer = new AdamW(params, { weightDecay });
-    this.schedule = warmupCosine({ maxLr: lr, warmup, total: scheduleSteps });
-    // A state saved before scheduleSteps or optimizer existed (or without them) has the key it always had.
+    this.schedule = warmupCosine({
+      maxLr: lr,
+      warmup,
+      total: scheduleSteps,
+      ...(minLr === undefined ? {} : { minLr }),
+    });
+    // A state saved before scheduleSteps, optimizer or minLr existed (or without them) has the key it always had.
     this.options = {
       lr,
+      ...(minLr === undefined ? {} : { minLr }),
       warmup,
       weightDecay,
       ...(scheduleSteps === steps ? {} : { scheduleSteps }),
