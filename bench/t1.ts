@@ -26,19 +26,26 @@ export const T1 = {
 export const T1_TOKENS = T1.batch * T1.seqLen;
 export const T1_TARGET_RATIO = 4;
 
+/** Timed steps of a memory row (the issue's "no per-step growth over 200 steps"), after its warm-up. */
+export const T1_LONG_STEPS = 200;
+export const T1_LONG_WARMUP = 10;
+/** A memory row weighs the JS heap and buffers (after a full GC) every this many timed steps. */
+export const T1_HEAP_EVERY = 20;
+
 /**
  * A T1 implementation. `relaxed`: qkv in a process started with Node 20's relaxed-SIMD flag (the FMA build
  * of its WASM kernels, which the `qkv` CLI turns on by itself); a row of its own, so the default build's
- * row stays what a library user gets without the flag.
+ * row stays what a library user gets without the flag. `long`: a memory row, T1_LONG_STEPS timed steps
+ * in a process started with --expose-gc, the heap weighed after a full GC every T1_HEAP_EVERY steps.
  */
 export type T1Impl =
-  | { kind: 'qkv'; threads: number; relaxed?: boolean }
+  | { kind: 'qkv'; threads: number; relaxed?: boolean; long?: boolean }
   | { kind: 'tfjs-wasm' | 'tfjs-cpu'; threads: 1 };
 
 export function t1Name(impl: T1Impl): string {
   switch (impl.kind) {
     case 'qkv':
-      return `qkv t${impl.threads}${impl.relaxed ? ' FMA' : ''}`;
+      return `qkv t${impl.threads}${impl.relaxed ? ' FMA' : ''}${impl.long ? `, ${T1_LONG_STEPS} steps` : ''}`;
     case 'tfjs-wasm':
       return 'tfjs-wasm t1';
     case 'tfjs-cpu':
@@ -48,9 +55,10 @@ export function t1Name(impl: T1Impl): string {
 
 /**
  * The rows, in print order. `relaxedRows`: also qkv with the FMA build, in processes started with the flag
- * (where this runtime does not enable relaxed SIMD by default: Node 20).
+ * (where this runtime does not enable relaxed SIMD by default: Node 20). `longRows`: also the memory rows,
+ * qkv's default build on 1 and 2 threads for T1_LONG_STEPS steps.
  */
-export function t1Impls(relaxedRows: boolean): T1Impl[] {
+export function t1Impls(relaxedRows: boolean, longRows = false): T1Impl[] {
   const impls: T1Impl[] = [
     { kind: 'qkv', threads: 1 },
     { kind: 'qkv', threads: 2 },
@@ -58,6 +66,10 @@ export function t1Impls(relaxedRows: boolean): T1Impl[] {
   if (relaxedRows) {
     impls.push({ kind: 'qkv', threads: 1, relaxed: true });
     impls.push({ kind: 'qkv', threads: 2, relaxed: true });
+  }
+  if (longRows) {
+    impls.push({ kind: 'qkv', threads: 1, long: true });
+    impls.push({ kind: 'qkv', threads: 2, long: true });
   }
   impls.push({ kind: 'tfjs-wasm', threads: 1 }, { kind: 'tfjs-cpu', threads: 1 });
   return impls;
@@ -111,12 +123,25 @@ export interface T1Row {
   warmup: number;
   /** Process RSS after each step, warm-up steps first (MB). */
   rssMB: number[];
+  /**
+   * Memory rows: [timed step (1-based), MB of the JS heap plus buffers (heapUsed + external: typed
+   * arrays and other ArrayBuffers), MB of process RSS], both after a full GC, at the first timed step,
+   * every T1_HEAP_EVERY, and the last.
+   */
+  heapMB?: [number, number, number][];
   peakRssMB?: number;
   /** Median of the timed steps. */
   msPerStep?: number;
   tokensPerSec?: number;
   /** RSS after the last timed step − after the first timed step (MB). */
   rssGrowthMB?: number;
+  /** Memory rows: the heap and buffers' floor (the least after GC) over the late weighings − the early ones (MB). */
+  heapGrowthMB?: number;
+  /**
+   * Memory rows: the median RSS after GC of the late weighings − that of the early ones (MB); the median,
+   * because the RSS a GC leaves still moves by tens of MB from one weighing to the next.
+   */
+  gcRssGrowthMB?: number;
   /** This row's tokens/s ÷ tfjs-wasm's (qkv rows). */
   vsTfjsWasm?: number;
   loadAverage1m?: number;
@@ -124,6 +149,29 @@ export interface T1Row {
 
 /** RSS growth above this over the timed steps is reported as growth. */
 const GROWTH_MB = 10;
+/**
+ * Growth of the heap and buffers after a full GC above this over a memory row's timed steps is reported as
+ * growth: 1 MB over 200 steps is 5 KB a step, where one leaked 128 × 128 float32 gradient a step (64 KB)
+ * would add 13 MB. (A step allocates tens of MB of activations and gradients, all of it to be freed.)
+ */
+const HEAP_GROWTH_MB = 1;
+
+/**
+ * A memory row's growth from its weighings. Early: those from step 40 to the middle (the first ones still
+ * see the heap warm up, and the worker threads' too); late: the last as many. A leak raises the heap's
+ * floor and the RSS's median.
+ */
+function memoryGrowth(heap: [number, number, number][]): { heapGrowthMB?: number; gcRssGrowthMB?: number } {
+  const settled = heap.filter((h) => h[0] >= 2 * T1_HEAP_EVERY);
+  const k = Math.floor(settled.length / 2);
+  if (k < 2 || settled.some((h) => h.length < 3)) return {};
+  const [early, late] = [settled.slice(0, k), settled.slice(-k)];
+  const floor = (hs: typeof heap) => Math.min(...hs.map((h) => h[1]));
+  return {
+    heapGrowthMB: floor(late) - floor(early),
+    gcRssGrowthMB: median(late.map((h) => h[2])) - median(early.map((h) => h[2])),
+  };
+}
 
 export function finishT1Rows(rows: T1Row[]): void {
   for (const row of rows) {
@@ -132,6 +180,8 @@ export function finishT1Rows(rows: T1Row[]): void {
     row.tokensPerSec = (T1_TOKENS / row.msPerStep) * 1000;
     const timedRss = row.rssMB.slice(row.warmup);
     if (timedRss.length >= 2) row.rssGrowthMB = timedRss[timedRss.length - 1] - timedRss[0];
+    const heap = row.heapMB ?? [];
+    Object.assign(row, memoryGrowth(heap));
   }
   const tfjs = rows.find((r) => r.impl.kind === 'tfjs-wasm');
   for (const row of rows) {
@@ -149,6 +199,7 @@ const T1_HEADER = [
   'loss first → last timed',
   'peak RSS MB',
   'RSS over timed steps MB',
+  'heap + buffers after GC MB',
   'vs tfjs-wasm',
 ];
 
@@ -159,10 +210,17 @@ function rssText(row: T1Row): string {
   return `${timed[0].toFixed(0)} → ${timed[timed.length - 1].toFixed(0)}${verdict}`;
 }
 
+function heapText(row: T1Row): string {
+  const heap = row.heapMB ?? [];
+  if (heap.length < 2) return '';
+  const all = heap.map((h) => h[1]);
+  return `${Math.min(...all).toFixed(1)}–${Math.max(...all).toFixed(1)} over ${heap.length} weighings`;
+}
+
 function t1Cells(row: T1Row): string[] {
   const rss = row.peakRssMB === undefined ? '' : row.peakRssMB.toFixed(0);
   if (row.tokensPerSec === undefined || row.msPerStep === undefined) {
-    return [row.implementation, statusText(row), '', '', '', rss, '', ''];
+    return [row.implementation, statusText(row), '', '', '', rss, '', '', ''];
   }
   const timed = row.losses.slice(row.warmup);
   const loss = `${timed[0].toFixed(3)} → ${timed[timed.length - 1].toFixed(3)}`;
@@ -175,6 +233,7 @@ function t1Cells(row: T1Row): string[] {
     loss,
     rss,
     rssText(row),
+    heapText(row),
     ratio,
   ];
 }
@@ -188,17 +247,18 @@ export function t1Table(rows: T1Row[], plain = false): string {
 /** The T1 target: qkv on one thread ≥ 4× tfjs-wasm's tokens/s; and what two threads give. */
 export function t1TargetsTable(rows: T1Row[]): string {
   const lines = [
-    `| target: qkv ≥ ${T1_TARGET_RATIO}× tfjs-wasm tokens/s | qkv row | qkv tokens/s | tfjs-wasm tokens/s | ratio | met |`,
+    '| target | qkv row | qkv | tfjs-wasm | ratio | met |',
     '| --- | --- | ---: | ---: | ---: | --- |',
   ];
   const peer = rows.find((r) => r.impl.kind === 'tfjs-wasm');
   for (const threads of [1, 2]) {
     for (const relaxed of [false, true]) {
       const qkv = rows.find(
-        (r) => r.impl.kind === 'qkv' && r.impl.threads === threads && !!r.impl.relaxed === relaxed,
+        (r) =>
+          r.impl.kind === 'qkv' && !r.impl.long && r.impl.threads === threads && !!r.impl.relaxed === relaxed,
       );
       if (!qkv || !peer || (relaxed && qkv.status !== 'ok')) continue;
-      const label = `T1, ${threads} thread${threads > 1 ? 's' : ''}${relaxed ? ', FMA' : ''}`;
+      const label = `T1 ≥ ${T1_TARGET_RATIO}× tfjs-wasm tokens/s, ${threads} thread${threads > 1 ? 's' : ''}${relaxed ? ', FMA' : ''}`;
       if (qkv.tokensPerSec === undefined || peer.tokensPerSec === undefined) {
         const why = qkv.tokensPerSec === undefined ? statusText(qkv) : `tfjs-wasm ${statusText(peer)}`;
         const verdict = threads === 1 ? '—' : 'n/a';
@@ -208,9 +268,42 @@ export function t1TargetsTable(rows: T1Row[]): string {
       const ratio = qkv.tokensPerSec / peer.tokensPerSec;
       const met = ratio >= T1_TARGET_RATIO ? '✓' : '✗';
       lines.push(
-        `| ${label} | ${qkv.implementation} | ${qkv.tokensPerSec.toFixed(0)} | ${peer.tokensPerSec.toFixed(0)} (tfjs-wasm t1) | ${ratio.toFixed(2)}× | ${met} |`,
+        `| ${label} | ${qkv.implementation} | ${qkv.tokensPerSec.toFixed(0)} tokens/s | ${peer.tokensPerSec.toFixed(0)} tokens/s (tfjs-wasm t1) | ${ratio.toFixed(2)}× | ${met} |`,
       );
     }
   }
-  return lines.join('\n');
+  return [...lines, ...t1MemoryTargets(rows)].join('\n');
+}
+
+/**
+ * The memory targets: qkv's peak RSS (one thread) no more than tfjs-wasm's, and no per-step growth over a
+ * memory row's steps (after a full GC: heap and buffers within HEAP_GROWTH_MB, RSS within GROWTH_MB).
+ */
+function t1MemoryTargets(rows: T1Row[]): string[] {
+  const lines: string[] = [];
+  const peer = rows.find((r) => r.impl.kind === 'tfjs-wasm');
+  const qkv = rows.find(
+    (r) => r.impl.kind === 'qkv' && r.impl.threads === 1 && !r.impl.relaxed && !r.impl.long,
+  );
+  if (qkv?.peakRssMB !== undefined && peer?.peakRssMB !== undefined) {
+    const met = qkv.peakRssMB <= peer.peakRssMB ? '✓' : '✗';
+    lines.push(
+      `| T1 memory: peak RSS ≤ tfjs-wasm's | ${qkv.implementation} | ${qkv.peakRssMB.toFixed(0)} MB | ${peer.peakRssMB.toFixed(0)} MB (tfjs-wasm t1) | | ${met} |`,
+    );
+  }
+  for (const row of rows.filter((r) => r.impl.kind === 'qkv' && r.impl.long)) {
+    const label = `T1 memory: no growth over ${T1_LONG_STEPS} steps`;
+    // From the weighings, so that --readme-only renders results saved before this rule the same way.
+    Object.assign(row, memoryGrowth(row.heapMB ?? []));
+    if (row.heapGrowthMB === undefined || row.gcRssGrowthMB === undefined) {
+      lines.push(`| ${label} | ${row.implementation} | ${statusText(row).replaceAll('|', '\\|')} | | | — |`);
+      continue;
+    }
+    const met = row.heapGrowthMB <= HEAP_GROWTH_MB && row.gcRssGrowthMB <= GROWTH_MB ? '✓' : '✗';
+    const sign = (x: number) => `${x >= 0 ? '+' : '−'}${Math.abs(x).toFixed(1)}`;
+    lines.push(
+      `| ${label} | ${row.implementation} | after GC, steps 140–200 against 40–100: heap + buffers floor ${sign(row.heapGrowthMB)} MB, RSS median ${sign(row.gcRssGrowthMB)} MB | | | ${met} |`,
+    );
+  }
+  return lines;
 }

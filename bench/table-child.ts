@@ -35,6 +35,8 @@ export type TableJob =
       minSteps: number;
       maxSteps: number;
       budgetMs: number;
+      /** Memory rows: weigh the heap and buffers after a full GC every this many timed steps (needs --expose-gc). */
+      heapEvery?: number;
     }
   | G1Job
   | F1Job;
@@ -48,6 +50,8 @@ export interface TableResult extends Omit<ChildResult, 'status'> {
   warmup?: number;
   /** T1: process RSS after each step (MB), warm-up first. */
   rssMB?: number[];
+  /** T1 memory rows: [timed step, heapUsed + external MB, RSS MB], both after a full GC. */
+  heapMB?: [number, number, number][];
   /** G1: the row's figures besides its times. */
   values?: G1Values;
   /** F1: the row's figures besides its times. */
@@ -159,6 +163,11 @@ async function measureT1(job: Extract<TableJob, { table: 't1' }>): Promise<Table
     return { status: 'skipped', message, timesMs: [], losses, warmup: 1, rssMB: rss, peakRssMB: peakRssMB() };
   }
   while (stepMs.length < warmup) await timedStep();
+  const { heapEvery } = job;
+  const gc = (globalThis as { gc?: () => void }).gc;
+  if (heapEvery !== undefined && gc === undefined)
+    return failure(new Error('a memory row needs node --expose-gc'), impl.kind === 'qkv');
+  const heap: [number, number, number][] = [];
   let spent = 0;
   while (
     stepMs.length - warmup < job.minSteps ||
@@ -166,10 +175,23 @@ async function measureT1(job: Extract<TableJob, { table: 't1' }>): Promise<Table
   ) {
     await timedStep();
     spent += stepMs[stepMs.length - 1];
+    // Outside the step's time: after the first timed step, every heapEvery-th, and the last.
+    const n = stepMs.length - warmup;
+    if (gc && heapEvery !== undefined && (n === 1 || n % heapEvery === 0 || n === job.maxSteps)) {
+      gc();
+      const m = process.memoryUsage();
+      heap.push([n, (m.heapUsed + m.external) / 2 ** 20, m.rss / 2 ** 20]);
+    }
   }
   const timesMs = stepMs.slice(warmup);
   const check = checkLosses(losses, warmup);
-  const base = { losses, warmup, rssMB: rss, peakRssMB: peakRssMB() };
+  const base = {
+    losses,
+    warmup,
+    rssMB: rss,
+    peakRssMB: peakRssMB(),
+    ...(heapEvery === undefined ? {} : { heapMB: heap }),
+  };
   if (!check.ok) return { status: 'wrong', message: check.message, timesMs: [], ...base };
   return { status: 'ok', timesMs, ...base };
 }

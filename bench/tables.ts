@@ -23,7 +23,15 @@ import type { G1Job } from './g1-rows.js';
 import { RELAXED_SIMD_FLAG } from './jobs.js';
 import { finishP2Rows, type P2Row, p2Impls, p2Name, statusText } from './p2.js';
 import { runChild } from './spawn.js';
-import { finishT1Rows, type T1Row, t1Impls, t1Name } from './t1.js';
+import {
+  finishT1Rows,
+  T1_HEAP_EVERY,
+  T1_LONG_STEPS,
+  T1_LONG_WARMUP,
+  type T1Row,
+  t1Impls,
+  t1Name,
+} from './t1.js';
 import type { TableJob, TableResult } from './table-child.js';
 
 export type TableName = 'attention' | 'p2' | 't1' | 'g1' | 'f1';
@@ -44,6 +52,8 @@ export interface TableContext {
 const P2_TIMEOUT_MS = 120_000;
 /** A T1 row's time limit: warm-up plus up to 20 s of steps (3 at least); tfjs-cpu stops after one step. */
 const T1_TIMEOUT_MS = 180_000;
+/** A memory row: 210 steps of about 0.5 s on this VM; 10 minutes leaves room for a slower machine. */
+const T1_LONG_TIMEOUT_MS = 600_000;
 
 /**
  * A G1 row's time limit: the generation without a cache takes ~12 s a run on the 2-core machine (check
@@ -100,7 +110,8 @@ export async function runP2(ctx: TableContext, relaxedRows: boolean): Promise<P2
 /** Runs the T1 rows (those `selected` keeps); `relaxedRows` adds qkv's FMA rows (Node 20). */
 export async function runT1(ctx: TableContext, relaxedRows: boolean): Promise<T1Row[]> {
   const rows: T1Row[] = [];
-  const impls = t1Impls(relaxedRows).filter((impl) => ctx.selected(`T1 ${t1Name(impl)}`));
+  // The memory rows take 200 steps each (about 2 minutes): not with --quick.
+  const impls = t1Impls(relaxedRows, !ctx.quick).filter((impl) => ctx.selected(`T1 ${t1Name(impl)}`));
   for (const impl of impls) {
     const row: T1Row = {
       implementation: t1Name(impl),
@@ -112,16 +123,31 @@ export async function runT1(ctx: TableContext, relaxedRows: boolean): Promise<T1
       rssMB: [],
     };
     row.loadAverage1m = loadavg()[0];
-    const job: TableJob = {
-      table: 't1',
-      impl,
-      warmup: ctx.quick ? 1 : 2,
-      minSteps: ctx.quick ? 2 : 3,
-      maxSteps: ctx.quick ? 2 : 12,
-      budgetMs: ctx.quick ? 1000 : 20_000,
-    };
-    const execArgv = impl.kind === 'qkv' && impl.relaxed ? [RELAXED_SIMD_FLAG] : [];
-    const result = await runChild<TableResult>(script(ctx), job, execArgv, T1_TIMEOUT_MS);
+    const long = impl.kind === 'qkv' && impl.long === true;
+    const job: TableJob = long
+      ? {
+          table: 't1',
+          impl,
+          warmup: T1_LONG_WARMUP,
+          minSteps: T1_LONG_STEPS,
+          maxSteps: T1_LONG_STEPS,
+          budgetMs: Number.MAX_SAFE_INTEGER,
+          heapEvery: T1_HEAP_EVERY,
+        }
+      : {
+          table: 't1',
+          impl,
+          warmup: ctx.quick ? 1 : 2,
+          minSteps: ctx.quick ? 2 : 3,
+          maxSteps: ctx.quick ? 2 : 12,
+          budgetMs: ctx.quick ? 1000 : 20_000,
+        };
+    const execArgv = [
+      ...(impl.kind === 'qkv' && impl.relaxed ? [RELAXED_SIMD_FLAG] : []),
+      ...(long ? ['--expose-gc'] : []),
+    ];
+    const timeout = long ? T1_LONG_TIMEOUT_MS : T1_TIMEOUT_MS;
+    const result = await runChild<TableResult>(script(ctx), job, execArgv, timeout);
     Object.assign(row, {
       status: statusOf(result),
       message: result.message,
@@ -130,6 +156,7 @@ export async function runT1(ctx: TableContext, relaxedRows: boolean): Promise<T1
       losses: result.losses ?? [],
       warmup: result.warmup ?? 0,
       rssMB: result.rssMB ?? [],
+      ...(result.heapMB === undefined ? {} : { heapMB: result.heapMB }),
     });
     finishT1Rows([row]);
     const speed =

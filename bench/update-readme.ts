@@ -42,7 +42,15 @@ import {
   type Results,
   targetsMarkdownTable,
 } from './results.js';
-import { T1, type T1Row, t1Table, t1TargetsTable } from './t1.js';
+import {
+  T1,
+  T1_HEAP_EVERY,
+  T1_LONG_STEPS,
+  T1_LONG_WARMUP,
+  type T1Row,
+  t1Table,
+  t1TargetsTable,
+} from './t1.js';
 import type { TableName } from './tables.js';
 
 const START = '<!-- bench:start -->';
@@ -154,6 +162,13 @@ export function t1Section(results: TableResults<T1Row>): string {
     'so they are not compared number for number: the check is that every loss is finite and the loss falls',
     'over the timed steps (shown); a row failing it reports no speed. Peak RSS is the whole process; the',
     'RSS column is the process RSS after the first and after the last timed step ("grows" above 10 MB).',
+    `The memory rows (\`, ${T1_LONG_STEPS} steps\`; not with --quick) run qkv's default build for ${T1_LONG_WARMUP} warm-up and`,
+    `${T1_LONG_STEPS} timed steps in a process started with --expose-gc and weigh the calling thread's JS heap plus`,
+    `buffers (heapUsed + external: typed arrays and other ArrayBuffers) and the process RSS, after a full GC,`,
+    `after the first timed step, every ${T1_HEAP_EVERY} and the last. No growth compares the weighings of the second half`,
+    '(steps 140–200) with those from step 40 to 100: the floor of the heap and buffers within 1 MB (5 KB a step;',
+    'one leaked 128 × 128 gradient a step would add 13 MB) and the median RSS within 10 MB. The RSS column and',
+    'single weighings move by tens of MB with when V8 collects and frees.',
     '',
     `Last run: ${machineLine(results.machine, results.commit)}.`,
     '',
