@@ -135,13 +135,6 @@ export interface T1Row {
   tokensPerSec?: number;
   /** RSS after the last timed step − after the first timed step (MB). */
   rssGrowthMB?: number;
-  /** Memory rows: the heap and buffers' floor (the least after GC) over the late weighings − the early ones (MB). */
-  heapGrowthMB?: number;
-  /**
-   * Memory rows: the median RSS after GC of the late weighings − that of the early ones (MB); the median,
-   * because the RSS a GC leaves still moves by tens of MB from one weighing to the next.
-   */
-  gcRssGrowthMB?: number;
   /** This row's tokens/s ÷ tfjs-wasm's (qkv rows). */
   vsTfjsWasm?: number;
   loadAverage1m?: number;
@@ -157,14 +150,18 @@ const GROWTH_MB = 10;
 const HEAP_GROWTH_MB = 1;
 
 /**
- * A memory row's growth from its weighings. Early: those from step 40 to the middle (the first ones still
- * see the heap warm up, and the worker threads' too); late: the last as many. A leak raises the heap's
- * floor and the RSS's median.
+ * A memory row's growth from its weighings (MB). Early: those from step 40 to the middle (the first ones
+ * still see the heap warm up, and the worker threads' too); late: the last as many. A leak raises the
+ * heap's floor (the least after GC) and the RSS's median (the median, because the RSS a GC leaves still
+ * moves by tens of MB from one weighing to the next). Computed when the table is drawn, so --readme-only
+ * draws saved results by the same rule.
  */
-function memoryGrowth(heap: [number, number, number][]): { heapGrowthMB?: number; gcRssGrowthMB?: number } {
+function memoryGrowth(
+  heap: [number, number, number][],
+): { heapGrowthMB: number; gcRssGrowthMB: number } | undefined {
   const settled = heap.filter((h) => h[0] >= 2 * T1_HEAP_EVERY);
   const k = Math.floor(settled.length / 2);
-  if (k < 2 || settled.some((h) => h.length < 3)) return {};
+  if (k < 2 || settled.some((h) => h.length < 3)) return undefined;
   const [early, late] = [settled.slice(0, k), settled.slice(-k)];
   const floor = (hs: typeof heap) => Math.min(...hs.map((h) => h[1]));
   return {
@@ -180,8 +177,6 @@ export function finishT1Rows(rows: T1Row[]): void {
     row.tokensPerSec = (T1_TOKENS / row.msPerStep) * 1000;
     const timedRss = row.rssMB.slice(row.warmup);
     if (timedRss.length >= 2) row.rssGrowthMB = timedRss[timedRss.length - 1] - timedRss[0];
-    const heap = row.heapMB ?? [];
-    Object.assign(row, memoryGrowth(heap));
   }
   const tfjs = rows.find((r) => r.impl.kind === 'tfjs-wasm');
   for (const row of rows) {
@@ -293,16 +288,16 @@ function t1MemoryTargets(rows: T1Row[]): string[] {
   }
   for (const row of rows.filter((r) => r.impl.kind === 'qkv' && r.impl.long)) {
     const label = `T1 memory: no growth over ${T1_LONG_STEPS} steps`;
-    // From the weighings, so that --readme-only renders results saved before this rule the same way.
-    Object.assign(row, memoryGrowth(row.heapMB ?? []));
-    if (row.heapGrowthMB === undefined || row.gcRssGrowthMB === undefined) {
+    const growth = memoryGrowth(row.heapMB ?? []);
+    if (growth === undefined) {
       lines.push(`| ${label} | ${row.implementation} | ${statusText(row).replaceAll('|', '\\|')} | | | — |`);
       continue;
     }
-    const met = row.heapGrowthMB <= HEAP_GROWTH_MB && row.gcRssGrowthMB <= GROWTH_MB ? '✓' : '✗';
+    const { heapGrowthMB, gcRssGrowthMB } = growth;
+    const met = heapGrowthMB <= HEAP_GROWTH_MB && gcRssGrowthMB <= GROWTH_MB ? '✓' : '✗';
     const sign = (x: number) => `${x >= 0 ? '+' : '−'}${Math.abs(x).toFixed(1)}`;
     lines.push(
-      `| ${label} | ${row.implementation} | after GC, steps 140–200 against 40–100: heap + buffers floor ${sign(row.heapGrowthMB)} MB, RSS median ${sign(row.gcRssGrowthMB)} MB | | | ${met} |`,
+      `| ${label} | ${row.implementation} | after GC, steps 140–200 against 40–100: heap + buffers floor ${sign(heapGrowthMB)} MB, RSS median ${sign(gcRssGrowthMB)} MB | | | ${met} |`,
     );
   }
   return lines;
