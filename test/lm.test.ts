@@ -439,6 +439,19 @@ describe('qkv train --task lm', () => {
     expect(otherRun.err).toMatch(
       /plain\.safetensors\.state is the state of another run; delete it or drop --resume \(.*"steps":1.*"steps":2/,
     );
+    // --weight-decay reaches the Trainer: it is part of the run's key.
+    const otherDecay = await run([
+      ...common,
+      '--steps',
+      '1',
+      '--weight-decay',
+      '0.5',
+      '--out',
+      plain,
+      '--resume',
+    ]);
+    expect(otherDecay.code).toBe(1);
+    expect(otherDecay.err).toMatch(/state of another run; .*"weightDecay":0\.01.*"weightDecay":0\.5/);
 
     // Another shape, a checkpoint without a tokenizer, a missing file, --vocab-size with --init.
     const bare = join(dir, 'bare-init.safetensors');
@@ -516,6 +529,11 @@ describe('qkv train --task lm', () => {
       /--min-lr must be a number from 0 to --lr \(0\.01\), got '0\.02'/,
     );
     expect((await run([...common, '--min-lr', 'none'])).err).toMatch(/--min-lr must be a number/);
+    for (const bad of ['-0.1', 'Infinity', 'none']) {
+      expect((await run([...common, '--weight-decay', bad])).err).toMatch(
+        new RegExp(`--weight-decay must be a number ≥ 0, got '${bad}'`),
+      );
+    }
     expect((await run([...common, '--repeats', 'half'])).err).toMatch(
       /--repeats must be a number in \[0, 1\], got 'half'/,
     );

@@ -72,6 +72,8 @@ Options of --task lm:
   --optimizer <name>   adamw (default), or muon: Muon for the blocks' weight matrices (each update
                        orthogonalised), AdamW for the embedding, biases and gains, at one --lr
   --muon-rms <x>       with --optimizer muon: the RMS of a matrix's update per unit of --lr; default 0.2
+  --weight-decay <x>   decoupled weight decay, ≥ 0: each step multiplies every parameter with ≥ 2 axes
+                       (weight matrices, the embedding; not biases or gains) by 1 − lr·x; default 0.01
   --repeats <p>        share of each batch's windows, in [0, 1], that are a random segment repeated to
                        the window's end, scored on the copies: in-context copying, which natural text
                        teaches too rarely for an induction head to form in a short run; default 0
@@ -127,6 +129,8 @@ interface LmArgs {
   float16: boolean;
   optimizer: 'adamw' | 'muon';
   muonRms?: number;
+  /** --weight-decay, when given (else Trainer's default). */
+  weightDecay?: number;
 }
 
 /** --optimizer: 'adamw' (default) or 'muon'. */
@@ -176,6 +180,7 @@ function parse(argv: string[]): TrainArgs | 'help' {
     float16: { type: 'boolean' },
     optimizer: { type: 'string' },
     'muon-rms': { type: 'string' },
+    'weight-decay': { type: 'string' },
     help: { type: 'boolean', short: 'h' },
   });
   if (values.help) return 'help';
@@ -228,6 +233,7 @@ function parse(argv: string[]): TrainArgs | 'help' {
     'float16',
     'optimizer',
     'muon-rms',
+    'weight-decay',
   ];
   let lm: LmArgs | undefined;
   if (task === 'lm') {
@@ -248,6 +254,12 @@ function parse(argv: string[]): TrainArgs | 'help' {
     if (minLr !== undefined && !(minLr >= 0 && minLr <= lr)) {
       throw new UsageError(
         `train: --min-lr must be a number from 0 to --lr (${lr}), got '${String(values['min-lr'])}'`,
+      );
+    }
+    const weightDecay = values['weight-decay'] === undefined ? undefined : Number(values['weight-decay']);
+    if (weightDecay !== undefined && !(Number.isFinite(weightDecay) && weightDecay >= 0)) {
+      throw new UsageError(
+        `train: --weight-decay must be a number ≥ 0, got '${String(values['weight-decay'])}'`,
       );
     }
     if (values.init === '') throw new UsageError('train: --init needs a checkpoint file name');
@@ -278,6 +290,7 @@ function parse(argv: string[]): TrainArgs | 'help' {
       float16: Boolean(values.float16),
       optimizer: optimizerOption(values.optimizer),
       muonRms: muonRmsOption(values['muon-rms'], values.optimizer),
+      ...(weightDecay === undefined ? {} : { weightDecay }),
     };
     const steps = int('steps', 1, 1_000_000);
     if (lm.scheduleSteps !== undefined && steps === undefined) {
@@ -556,6 +569,7 @@ async function runLanguageModel(args: TrainArgs, o: LmArgs, io: CliIO): Promise<
     warmup: o.warmup,
     optimizer: o.optimizer,
     ...(o.muonRms === undefined ? {} : { muonRms: o.muonRms }),
+    ...(o.weightDecay === undefined ? {} : { weightDecay: o.weightDecay }),
     ...(o.scheduleSteps === undefined ? {} : { scheduleSteps: o.scheduleSteps }),
     ...threadOptions(args),
   });
