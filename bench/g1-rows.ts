@@ -5,6 +5,7 @@
 // One decision to know: a generation's time is the whole `generate` call (prompt prefill included), and
 // row 2's per-token times are the gaps between `onToken` calls, so they include sampling and the callback.
 
+import { readFileSync } from 'node:fs';
 import {
   KVCache,
   MultiHeadAttention,
@@ -17,6 +18,7 @@ import {
 import { PEER_TOLERANCE, QKV_TOLERANCE } from './check.js';
 import {
   type DecodeImpl,
+  G1_COMMITTED,
   G1_DECODE,
   G1_EARLY,
   G1_LATE,
@@ -87,7 +89,7 @@ function checkGreedy(
   ids.set(prompt);
   ids.set(tokens.subarray(0, tokens.length - 1), prompt.length);
   const logits = model.forward(ids, 1, ids.length).logits.data;
-  const V = G1_MODEL.vocabSize;
+  const V = model.config.vocabSize;
   let gap = 0;
   for (let t = 0; t < tokens.length; t++) {
     const row = logits.subarray((prompt.length - 1 + t) * V, (prompt.length + t) * V);
@@ -99,7 +101,7 @@ function checkGreedy(
     gap = Math.max(gap, g);
   }
   if (!cached) return { ok: true, error: gap };
-  const { numLayers, numHeads, dModel } = G1_MODEL;
+  const { numLayers, numHeads, dModel } = model.config;
   const cache = new KVCache({ numLayers, numKvHeads: numHeads, headDim: dModel / numHeads });
   const steps = [prompt.length, ...new Array<number>(tokens.length - 1).fill(1)];
   let at = 0;
@@ -119,18 +121,26 @@ function checkGreedy(
 
 const model = () => new TinyTransformer(G1_MODEL, { seed: G1_SEED });
 
-async function measureGenerate(job: G1Job, useCache: boolean): Promise<G1Outcome> {
-  const m = model();
-  const prompt = g1Prompt();
-  const generate = () => m.generate(prompt, { maxNewTokens: G1_NEW_TOKENS, temperature: 0, useCache });
+/**
+ * Rows 1 and 5: `m` generating greedily from `prompt`, checked by teacher forcing (checkGreedy), then timed;
+ * every timed run must generate the checked tokens.
+ */
+async function measureGreedy(
+  job: G1Job,
+  m: TinyTransformer,
+  prompt: Int32Array,
+  maxNewTokens: number,
+  useCache: boolean,
+): Promise<G1Outcome> {
+  const generate = () => m.generate(prompt, { maxNewTokens, temperature: 0, useCache });
   const first = generate();
   const check = checkGreedy(m, prompt, first, useCache);
   const base = {
     values: { tokens: Array.from(first) },
     maxAbsError: check.error,
     checkedAgainst: useCache
-      ? `full forward: argmax and logits at all ${G1_NEW_TOKENS}`
-      : `full forward: argmax at all ${G1_NEW_TOKENS} (err: gap below it)`,
+      ? `full forward: argmax and logits at all ${first.length}`
+      : `full forward: argmax at all ${first.length} (err: gap below it)`,
   };
   if (!check.ok) return { status: 'wrong', message: check.message, timesMs: [], ...base };
   let changed = false;
@@ -432,18 +442,32 @@ function measurePaged(): G1Outcome {
   return { status: 'ok', timesMs: [ms], ...base };
 }
 
+/**
+ * Row 5: the committed language model, greedy with the KV cache from a text prompt until its context is
+ * full, checked by teacher forcing as row 1 is.
+ */
+async function measureCommitted(job: G1Job): Promise<G1Outcome> {
+  const { loadLanguageModel } = await import('qkv/nn');
+  const file = new URL(`../../${G1_COMMITTED.file}`, import.meta.url); // from bench/dist/
+  const { model: m, tokenizer, config } = loadLanguageModel(readFileSync(file), G1_COMMITTED.file);
+  const prompt = tokenizer.encode(G1_COMMITTED.prompt);
+  return measureGreedy(job, m, prompt, config.maxLen - prompt.length, true);
+}
+
 export async function measureG1(job: G1Job): Promise<G1Outcome> {
   const { impl } = job;
   try {
     switch (impl.kind) {
       case 'generate':
-        return await measureGenerate(job, impl.useCache);
+        return await measureGreedy(job, model(), g1Prompt(), G1_NEW_TOKENS, impl.useCache);
       case 'position':
         return await measurePosition(job);
       case 'decode':
         return await measureDecode(job, impl.impl);
       case 'paged':
         return measurePaged();
+      case 'committed':
+        return await measureCommitted(job);
     }
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);

@@ -181,6 +181,8 @@ function g1Job(impl: G1Impl, quick: boolean): G1Job {
       return { table: 'g1', impl, warmup: 10, maxRuns: quick ? 30 : 300, budgetMs: quick ? 300 : 3000 };
     case 'paged':
       return { table: 'g1', impl, warmup: 0, maxRuns: 1, budgetMs: 0 };
+    case 'committed':
+      return { table: 'g1', impl, warmup: 1, maxRuns: quick ? 3 : 10, budgetMs: quick ? 3000 : 10_000 };
   }
 }
 

@@ -19,6 +19,7 @@ import {
   shapeLabel,
 } from './f1.js';
 import {
+  G1_COMMITTED,
   G1_DECODE,
   G1_EARLY,
   G1_LATE,
@@ -221,8 +222,11 @@ export function g1Section(results: TableResults<G1Row>): string {
     'its outputs out of the WASM heap, as a user’s call does. **Paged blocks**: a `PagedKVCache`',
     `(blockSize ${blockSize}) holding a ${prompt}-token prompt, ${forks} sequences forked from it, each extended by ${extend} tokens`,
     `one at a time: the blocks in use against (${prompt} + ${forks} × ${extend}) / ${blockSize}, checked by attending from every fork’s`,
-    'blocks against the reference kernel over its gathered keys. Load average: the machine line below (at',
-    'the start) and each row’s in results-g1.json.',
+    'blocks against the reference kernel over its gathered keys. **The committed language model**',
+    `(issue 12): \`${G1_COMMITTED.file}\` loaded by \`loadLanguageModel\`, greedy with the cache from “${G1_COMMITTED.prompt}”`,
+    'until its context (maxLen 256) is full; tokens/s = new tokens ÷ the median time of the whole call,',
+    'checked by teacher forcing as above. Load average: the machine line below (at the start) and each',
+    'row’s in results-g1.json.',
     '',
     `Last run: ${machineLine(results.machine, results.commit)}${results.partial ? ' — a smoke run (`--quick`: fewer runs), not final figures' : ''}.`,
     '',
