@@ -92,6 +92,11 @@ describe('qkv generate', () => {
         2,
         /--temperature must be a number/,
       ],
+      [
+        ['generate', '--model', decoder, '--prompt', 'the', '--temperature', ''],
+        2,
+        /--temperature must be a number, got ''/,
+      ],
       [['generate', '--model', join(dir, 'none.safetensors'), '--prompt', 'the'], 1, /no such checkpoint/],
       [['generate', '--model', encoder, '--ids', '1'], 1, /is an encoder/],
       [['generate', '--model', bare, '--prompt', 'the'], 1, /stores no tokenizer; give the prompt as --ids/],

@@ -529,7 +529,12 @@ describe('qkv train --task lm', () => {
       /--min-lr must be a number from 0 to --lr \(0\.01\), got '0\.02'/,
     );
     expect((await run([...common, '--min-lr', 'none'])).err).toMatch(/--min-lr must be a number/);
-    for (const bad of ['-0.1', 'Infinity', 'none']) {
+    // A blank value is no number (Number('') would be 0).
+    expect((await run([...common, '--dropout', ''])).err).toMatch(
+      /--dropout must be a number in \[0, 1\), got ''/,
+    );
+    expect((await run([...common, '--min-lr', ' '])).err).toMatch(/--min-lr must be a number from 0 to --lr/);
+    for (const bad of ['-0.1', 'Infinity', 'none', '']) {
       expect((await run([...common, '--weight-decay', bad])).err).toMatch(
         new RegExp(`--weight-decay must be a number ≥ 0, got '${bad}'`),
       );

@@ -65,6 +65,14 @@ export function plural(n: number, noun: string): string {
   return `${n} ${noun}${n === 1 ? '' : 's'}`;
 }
 
+/**
+ * The number a string option holds, NaN for anything else — a blank value included (`Number('')` is 0,
+ * which would pass for a given 0): callers' range checks then refuse it with their own message.
+ */
+export function numberArg(raw: unknown): number {
+  return typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : Number.NaN;
+}
+
 /** The integer option `--name` in [min, max], or `fallback` when absent; anything else throws UsageError. */
 export function integerOption(
   command: string,

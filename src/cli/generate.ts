@@ -6,7 +6,15 @@
 import { readFileBytes } from '../io/file-node.js';
 import { UnknownTokenError } from '../text/tokenizer.js';
 import { loadCheckpoint } from '../train/checkpoint.js';
-import { type CliIO, integerOption, parseCommandArgs, plural, resolveModel, UsageError } from './args.js';
+import {
+  type CliIO,
+  integerOption,
+  numberArg,
+  parseCommandArgs,
+  plural,
+  resolveModel,
+  UsageError,
+} from './args.js';
 
 export const GENERATE_HELP = `qkv generate: continue a prompt with a trained decoder checkpoint
 
@@ -33,8 +41,8 @@ the number of tokens and tokens per second.
 function numberOption(values: Record<string, unknown>, name: string): number | undefined {
   const raw = values[name];
   if (raw === undefined) return undefined;
-  const x = Number(raw);
-  if (typeof raw !== 'string' || raw.trim() === '' || !Number.isFinite(x)) {
+  const x = numberArg(raw);
+  if (!Number.isFinite(x)) {
     throw new UsageError(`generate: --${name} must be a number, got '${String(raw)}'`);
   }
   return x;

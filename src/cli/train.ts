@@ -20,7 +20,7 @@ import { lineChartSvg, type PlotSeries } from '../train/plot.js';
 import { evaluatePronoun } from '../train/pronoun.js';
 import { sequenceTask } from '../train/tasks.js';
 import { type StepInfo, TASK_NAMES, Trainer } from '../train/trainer.js';
-import { type CliIO, integerOption, parseCommandArgs, plural, UsageError } from './args.js';
+import { type CliIO, integerOption, numberArg, parseCommandArgs, plural, UsageError } from './args.js';
 
 export const TRAIN_HELP = `qkv train: train a tiny transformer on a built-in task
 
@@ -144,7 +144,7 @@ function optimizerOption(value: unknown): 'adamw' | 'muon' {
 function muonRmsOption(value: unknown, optimizer: unknown): number | undefined {
   if (value === undefined) return undefined;
   if (optimizer !== 'muon') throw new UsageError('train: --muon-rms needs --optimizer muon');
-  const x = Number(value);
+  const x = numberArg(value);
   if (!(Number.isFinite(x) && x > 0))
     throw new UsageError(`train: --muon-rms must be a number > 0, got '${String(value)}'`);
   return x;
@@ -239,24 +239,24 @@ function parse(argv: string[]): TrainArgs | 'help' {
   if (task === 'lm') {
     if (typeof values.text !== 'string' || values.text === '')
       throw new UsageError('train: --task lm needs --text <file> (the training text)');
-    const lr = values.lr === undefined ? 1e-3 : Number(values.lr);
+    const lr = values.lr === undefined ? 1e-3 : numberArg(values.lr);
     if (!(Number.isFinite(lr) && lr > 0))
       throw new UsageError(`train: --lr must be a number > 0, got '${String(values.lr)}'`);
-    const dropout = values.dropout === undefined ? 0.1 : Number(values.dropout);
+    const dropout = values.dropout === undefined ? 0.1 : numberArg(values.dropout);
     if (!(dropout >= 0 && dropout < 1)) {
       throw new UsageError(`train: --dropout must be a number in [0, 1), got '${String(values.dropout)}'`);
     }
-    const repeats = values.repeats === undefined ? 0 : Number(values.repeats);
+    const repeats = values.repeats === undefined ? 0 : numberArg(values.repeats);
     if (!(repeats >= 0 && repeats <= 1)) {
       throw new UsageError(`train: --repeats must be a number in [0, 1], got '${String(values.repeats)}'`);
     }
-    const minLr = values['min-lr'] === undefined ? undefined : Number(values['min-lr']);
+    const minLr = values['min-lr'] === undefined ? undefined : numberArg(values['min-lr']);
     if (minLr !== undefined && !(minLr >= 0 && minLr <= lr)) {
       throw new UsageError(
         `train: --min-lr must be a number from 0 to --lr (${lr}), got '${String(values['min-lr'])}'`,
       );
     }
-    const weightDecay = values['weight-decay'] === undefined ? undefined : Number(values['weight-decay']);
+    const weightDecay = values['weight-decay'] === undefined ? undefined : numberArg(values['weight-decay']);
     if (weightDecay !== undefined && !(Number.isFinite(weightDecay) && weightDecay >= 0)) {
       throw new UsageError(
         `train: --weight-decay must be a number ≥ 0, got '${String(values['weight-decay'])}'`,
