@@ -66,10 +66,12 @@ export function plural(n: number, noun: string): string {
 }
 
 /**
- * The number a string option holds, NaN for anything else — a blank value included (`Number('')` is 0,
- * which would pass for a given 0): callers' range checks then refuse it with their own message.
+ * The number a string option holds (`fallback` when it is absent), NaN for anything else — a blank value
+ * included (`Number('')` is 0, which would pass for a given 0): callers' range checks then refuse it with
+ * their own message.
  */
-export function numberArg(raw: unknown): number {
+export function numberArg(raw: unknown, fallback = Number.NaN): number {
+  if (raw === undefined) return fallback;
   return typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : Number.NaN;
 }
 

@@ -239,14 +239,14 @@ function parse(argv: string[]): TrainArgs | 'help' {
   if (task === 'lm') {
     if (typeof values.text !== 'string' || values.text === '')
       throw new UsageError('train: --task lm needs --text <file> (the training text)');
-    const lr = values.lr === undefined ? 1e-3 : numberArg(values.lr);
+    const lr = numberArg(values.lr, 1e-3);
     if (!(Number.isFinite(lr) && lr > 0))
       throw new UsageError(`train: --lr must be a number > 0, got '${String(values.lr)}'`);
-    const dropout = values.dropout === undefined ? 0.1 : numberArg(values.dropout);
+    const dropout = numberArg(values.dropout, 0.1);
     if (!(dropout >= 0 && dropout < 1)) {
       throw new UsageError(`train: --dropout must be a number in [0, 1), got '${String(values.dropout)}'`);
     }
-    const repeats = values.repeats === undefined ? 0 : numberArg(values.repeats);
+    const repeats = numberArg(values.repeats, 0);
     if (!(repeats >= 0 && repeats <= 1)) {
       throw new UsageError(`train: --repeats must be a number in [0, 1], got '${String(values.repeats)}'`);
     }
