@@ -14,6 +14,7 @@ import {
   fastExp,
   gelu,
   layerNorm,
+  linear,
   scale,
   splitLast,
 } from '../src/autograd/ops.js';
@@ -403,6 +404,52 @@ describe('embedding, splitLast, add and scale vs plain loops', () => {
         backward(y, dy);
         expect(Array.from(y.data)).toEqual(Array.from(x.data, (v) => round(Math.SQRT2 * v)));
         expect(Array.from(x.grad!)).toEqual(Array.from(dy, (v) => round(Math.SQRT2 * v)));
+      }
+    });
+
+    it(`${dtype}: add's gradients: the first one a copy of dy, later ones added, x + x twice dy`, () => {
+      const gen = new Generator(10);
+      for (const D of WIDTHS) {
+        const a = param(normals(gen, 3 * D), [3, D], dtype);
+        const b = param(normals(gen, 3 * D), [3, D], dtype);
+        const dy1 = store(normals(gen, 3 * D), dtype);
+        const dy2 = store(normals(gen, 3 * D), dtype);
+        backward(add(a, b), dy1); // fresh grads: copies of dy1 (not views of it)
+        expect(a.grad).not.toBe(dy1);
+        expect(Array.from(a.grad!)).toEqual(Array.from(dy1));
+        expect(Array.from(b.grad!)).toEqual(Array.from(dy1));
+        expect(a.grad).not.toBe(b.grad);
+        backward(add(a, b), dy2); // existing grads: added into
+        const round = dtype === 'float32' ? Math.fround : (v: number) => v;
+        const sum = Array.from(dy1, (v, i) => round(v + dy2[i]));
+        expect(Array.from(a.grad!)).toEqual(sum);
+        expect(Array.from(b.grad!)).toEqual(sum);
+        const x = param(normals(gen, 3 * D), [3, D], dtype);
+        backward(add(x, x), dy1);
+        expect(Array.from(x.grad!)).toEqual(Array.from(dy1, (v) => round(2 * v)));
+      }
+    });
+
+    it(`${dtype}: linear's input gradient into a fresh buffer is the one added to zeros, bit for bit`, () => {
+      const gen = new Generator(11);
+      for (const [N, K, M] of [
+        [1, 3, 17],
+        [17, 65, 3],
+        [65, 129, 33],
+      ]) {
+        const w = param(normals(gen, M * K), [M, K], dtype);
+        const dy = store(normals(gen, N * M), dtype);
+        const xs = [0, 1, 2].map(() => param(normals(gen, N * K), [N, K], dtype));
+        xs[1].gradBuffer(); // zeros already there: the product is added to them
+        xs[2].gradBuffer().fill(0.5); // a gradient already there: the product is added to it
+        for (const x of xs) backward(linear(x, w), dy);
+        expect(Array.from(xs[0].grad!)).toEqual(Array.from(xs[1].grad!));
+        // Added to 0.5: the float32 GEMM starts its sums from it, so only close to (fresh + 0.5).
+        const tol = (dtype === 'float32' ? 1e-5 : 1e-13) * K;
+        xs[2].grad!.forEach((v, i) => {
+          const want = xs[1].grad![i] + 0.5;
+          expect(Math.abs(v - want)).toBeLessThanOrEqual(tol * (1 + Math.abs(want)));
+        });
       }
     });
 

@@ -58,11 +58,33 @@ export function linearProblem(
   return { M: N, N: M, K, a: x, b: W, transA: false, transB: true, bias: b, precision: 'float32' };
 }
 
-/** dx[N, K] += dy[N, M] · W[M, K]: the input gradient of `linear`. */
-export function linearGradInput(dy: Floats, N: number, M: number, W: Floats, K: number, dx: Floats): void {
+/**
+ * dx[N, K] += dy[N, M] · W[M, K]: the input gradient of `linear`. `zeroed`: dx is known to hold zeros (a
+ * gradient buffer just allocated), so the float32 product is written rather than added: the same floats,
+ * bit for bit (the GEMM's sums start from +0 either way), without reading dx.
+ */
+export function linearGradInput(
+  dy: Floats,
+  N: number,
+  M: number,
+  W: Floats,
+  K: number,
+  dx: Floats,
+  zeroed = false,
+): void {
   if (isF32(dy, W, dx)) {
     gemm(
-      { M: N, N: K, K: M, a: dy, b: W, transA: false, transB: false, accumulate: true, precision: 'float32' },
+      {
+        M: N,
+        N: K,
+        K: M,
+        a: dy,
+        b: W,
+        transA: false,
+        transB: false,
+        accumulate: !zeroed,
+        precision: 'float32',
+      },
       dx,
     );
     return;
