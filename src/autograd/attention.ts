@@ -22,7 +22,7 @@ import {
 } from '../kernels/types.js';
 import { checkRopeArgs, ropeTable } from '../position/rope.js';
 import { Tensor } from '../tensor.js';
-import { type Floats, floatsLike, needsGrad, opResult, type Var } from './var.js';
+import { type Floats, floatsFor, floatsLike, needsGrad, opResult, recycle, type Var } from './var.js';
 
 /** Options of the attention op: every scaledDotProductAttention option, plus the head layout. */
 export interface AttentionOpOptions extends Omit<AttentionOptions, 'kernel'> {
@@ -96,8 +96,9 @@ function attendHeads(
     },
   );
 
-  const result = opResult(swapMiddle(outH, B, Hq, L, Ev), [B, L, Hq * Ev], inputs, () => {
-    const dOut = swapMiddle(result.grad!, B, L, Hq, Ev); // [B, Hq, L, Ev]
+  const merged = swapMiddle(outH, B, Hq, L, Ev, floatsFor(outH, outH.length));
+  const backwardFn = () => {
+    const dOut = swapMiddle(result.grad!, B, L, Hq, Ev, floatsFor(outH, outH.length)); // [B, Hq, L, Ev]
     const grads: AttentionGrads = {
       dq: floatsLike(qh, qh.length),
       dk: floatsLike(kh, kh.length),
@@ -106,7 +107,10 @@ function attendHeads(
     const inputs = { dOut, out: outH, lse: lse! }; // opResult runs this only when a gradient is needed
     backwardAll(chooseBackward(FN, 'auto', problem, inputs), problem, inputs, grads);
     accumulate(grads);
-  });
+    recycle(dOut, grads.dq, grads.dk, grads.dv); // this closure's own: nothing holds them now
+  };
+  // The split heads and the head-major output stay for the backward; `release` frees them with the result.
+  const result = opResult(merged, [B, L, Hq * Ev], inputs, backwardFn, [qh, kh, vh, outH]);
   return { out: result, weights: weights && new Tensor(weights, [B, Hq, L, S]) };
 }
 
@@ -144,9 +148,9 @@ export function attention(
     E,
     Ek,
     Ev,
-    qh: swapMiddle(q.data, B, L, Hq, E),
-    kh: swapMiddle(k.data, B, S, Hkv, Ek),
-    vh: swapMiddle(v.data, B, S, Hkv, Ev),
+    qh: swapMiddle(q.data, B, L, Hq, E, floatsFor(q.data, q.size)),
+    kh: swapMiddle(k.data, B, S, Hkv, Ek, floatsFor(k.data, k.size)),
+    vh: swapMiddle(v.data, B, S, Hkv, Ev, floatsFor(v.data, v.size)),
   };
   return attendHeads([q, k, v], heads, sdpa, flex, needWeights, (grads) => {
     // Merge heads back: [B, H, L, E] → [B, L, H, E], added straight into the grads (no merged copy).
@@ -171,7 +175,7 @@ export interface PackedAttentionOptions extends Omit<AttentionOpOptions, 'numKvH
  */
 export function attentionPacked(qkv: Var, options: PackedAttentionOptions): { out: Var; weights?: Tensor } {
   const { numHeads: H, needWeights = false, flex, rope, ...sdpa } = options;
-  const p = splitPacked(FN, qkv.data, qkv.shape, H, rope);
+  const p = splitPacked(FN, qkv.data, qkv.shape, H, rope, (n) => floatsFor(qkv.data, n));
   const { B, L, E, rotate } = p;
   const heads: Heads = { B, Hq: H, Hkv: H, L, S: L, E, Ek: E, Ev: E, qh: p.q, kh: p.k, vh: p.v };
   return attendHeads([qkv], heads, sdpa, flex, needWeights, (grads) => {
@@ -194,6 +198,7 @@ export function splitPacked<T extends Float32Array | Float64Array>(
   shape: readonly number[],
   H: number,
   rope: { base: number; offset: number } | undefined,
+  alloc?: (length: number) => T,
 ): { B: number; L: number; E: number; rotate: HeadRotation | undefined; q: T; k: T; v: T } {
   const [B, L, W3] = shape;
   if (shape.length !== 3 || !(H >= 1) || W3 % (3 * H) !== 0) {
@@ -212,8 +217,8 @@ export function splitPacked<T extends Float32Array | Float64Array>(
     L,
     E,
     rotate,
-    q: packedToHeads(data, B, L, 3, 0, H, E, rotate),
-    k: packedToHeads(data, B, L, 3, 1, H, E, rotate),
-    v: packedToHeads(data, B, L, 3, 2, H, E),
+    q: packedToHeads(data, B, L, 3, 0, H, E, rotate, alloc?.(B * L * H * E)),
+    k: packedToHeads(data, B, L, 3, 1, H, E, rotate, alloc?.(B * L * H * E)),
+    v: packedToHeads(data, B, L, 3, 2, H, E, undefined, alloc?.(B * L * H * E)),
   };
 }

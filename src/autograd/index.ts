@@ -36,11 +36,13 @@ export {
   backward,
   constant,
   type Floats,
+  floatsFor,
   floatsLike,
   isGradEnabled,
   needsGrad,
   noGrad,
   opResult,
   parameter,
+  release,
   Var,
 } from './var.js';

@@ -24,7 +24,7 @@ import {
 } from '../kernels/ops-wasm.js';
 import { checkRopeArgs, ropeTable, rotateHalfHeads } from '../position/rope.js';
 import type { Generator } from '../random.js';
-import { type Floats, floatsLike, needsGrad, opResult, type Var } from './var.js';
+import { type Floats, floatsFor, floatsLike, needsGrad, opResult, type Var } from './var.js';
 
 function fmt(shape: readonly number[]): string {
   return `[${shape.join(',')}]`;
@@ -74,7 +74,7 @@ export function linear(x: Var, weight: Var, bias?: Var): Var {
     );
   }
   const N = x.size / K;
-  const y = gemmLinear(x.data, N, K, weight.data, 0, M, bias?.data);
+  const y = gemmLinear(x.data, N, K, weight.data, 0, M, bias?.data, 0, floatsFor(x.data, N * M));
   const out = opResult(y, [...x.shape.slice(0, -1), M], bias ? [x, weight, bias] : [x, weight], () => {
     const dy = out.grad!;
     if (x.requiresGrad) {
@@ -100,8 +100,11 @@ function accumulate(dst: Floats, src: Floats): void {
  * keeps −0 where 0 + g would give +0: the same numbers.
  */
 function accumulateGrad(v: Var, g: Floats): void {
-  if (v.grad === undefined && g.constructor === v.data.constructor) v.grad = g.slice();
-  else accumulate(v.gradBuffer(), g);
+  if (v.grad === undefined && g.constructor === v.data.constructor) {
+    const copy = floatsFor(g, g.length);
+    copy.set(g);
+    v.grad = copy;
+  } else accumulate(v.gradBuffer(), g);
 }
 
 /** a + b, where b's shape equals a's or is a suffix of it (b repeats over a's leading axes). */
@@ -114,7 +117,7 @@ export function add(a: Var, b: Var): Var {
   const Bd = b.data;
   const n = A.length;
   const nb = Bd.length;
-  const y = floatsLike(A, n);
+  const y = floatsFor(A, n); // written whole below
   if (nb === n) {
     for (let i = 0; i < n; i++) y[i] = A[i] + Bd[i];
   } else {
@@ -137,7 +140,7 @@ export function add(a: Var, b: Var): Var {
 export function scale(x: Var, c: number): Var {
   const X = x.data;
   const n = X.length;
-  const y = floatsLike(X, n);
+  const y = floatsFor(X, n);
   for (let i = 0; i < n; i++) y[i] = c * X[i];
   const out = opResult(y, x.shape, [x], () => {
     const dy = out.grad!;
@@ -162,7 +165,7 @@ export function layerNorm(x: Var, weight: Var, bias: Var, eps = 1e-5): Var {
   const W = weight.data;
   const Bs = bias.data;
   const N = D === 0 ? 0 : X.length / D;
-  const y = floatsLike(X, X.length);
+  const y = floatsFor(X, X.length); // every row written by layerNormValues
   // [N, 2]: each row's mean and rstd, kept only for the tape. Float64 because it is O(N) (16 bytes a row
   // against the row's 4·D) and makes the recomputed x̂ bit for bit the forward's.
   const stats = needsGrad([x, weight, bias]) ? new Float64Array(2 * N) : undefined;
@@ -298,14 +301,14 @@ function geluBackward(x: Floats, saved: Floats, dy: Floats, dx: Floats): void {
  */
 export function gelu(x: Var): Var {
   const X = x.data;
-  const y = floatsLike(X, X.length);
+  const y = floatsFor(X, X.length); // y and saved: every element written
   if (!needsGrad([x])) {
     geluValues(X, y);
     return opResult(y, x.shape, [x], () => {});
   }
-  const saved = floatsLike(X, X.length);
+  const saved = floatsFor(X, X.length);
   geluValuesSaving(X, y, saved);
-  const out = opResult(y, x.shape, [x], () => geluBackward(X, saved, out.grad!, x.gradBuffer()));
+  const out = opResult(y, x.shape, [x], () => geluBackward(X, saved, out.grad!, x.gradBuffer()), [saved]);
   return out;
 }
 

@@ -14,16 +14,20 @@ let recording = true;
 export class Var {
   /** Creation order; the backward sweep runs in decreasing id. */
   readonly id = nextId++;
-  readonly data: Floats;
+  #data: Floats;
+  #released = false;
   readonly shape: readonly number[];
   /** ∂loss/∂this, allocated on first use (same type and length as data). */
   grad: Floats | undefined;
   /** True for parameters and for anything computed from them. */
   readonly requiresGrad: boolean;
-  /** The Vars this one was computed from (none for leaves, and none when no input requires grad). */
-  readonly parents: readonly Var[];
-  /** Adds this Var's grad into its parents' grads; set by the op that made it. */
-  readonly backwardFn: (() => void) | undefined;
+  /** The Vars this one was computed from (none for leaves, and none when no input requires grad; emptied by `release`). */
+  parents: readonly Var[];
+  /** Adds this Var's grad into its parents' grads; set by the op that made it (cleared by `release`). */
+  backwardFn: (() => void) | undefined;
+
+  /** Arrays the op keeps for its backward besides the inputs' (attention's split heads); `release` frees them too. */
+  saved: readonly Floats[];
 
   constructor(
     data: Floats,
@@ -31,6 +35,7 @@ export class Var {
     requiresGrad = false,
     parents: readonly Var[] = [],
     backwardFn?: () => void,
+    saved: readonly Floats[] = [],
   ) {
     let size = 1;
     for (const d of shape) size *= d;
@@ -39,23 +44,48 @@ export class Var {
         `Var: data has ${data.length} elements but shape [${shape.join(',')}] needs ${size}`,
       );
     }
-    this.data = data;
+    this.#data = data;
     this.shape = Object.freeze([...shape]);
     this.requiresGrad = requiresGrad;
     this.parents = requiresGrad ? parents : [];
     this.backwardFn = requiresGrad ? backwardFn : undefined;
+    this.saved = requiresGrad ? saved : [];
+  }
+
+  /** The values (float32 to train, float64 to check gradients). Throws once `release` has freed them. */
+  get data(): Floats {
+    if (this.#released) {
+      throw new Error(
+        `Var: this value [${this.shape.join(',')}] was released (autograd.release): its floats are reused by later ops`,
+      );
+    }
+    return this.#data;
+  }
+
+  /** True once `release` has freed this Var's floats (reading `data` then throws). */
+  get released(): boolean {
+    return this.#released;
   }
 
   get size(): number {
-    return this.data.length;
+    return this.#data.length;
   }
 
   /** The gradient buffer, allocated as zeros on first use. */
   gradBuffer(): Floats {
-    if (!this.grad)
-      this.grad =
-        this.data instanceof Float64Array ? new Float64Array(this.size) : new Float32Array(this.size);
+    if (!this.grad) this.grad = floatsLike(this.data, this.size);
     return this.grad;
+  }
+
+  /** release's half: the floats this Var holds (data, grad), and it forgets them and its tape. */
+  static free(v: Var): Floats[] {
+    const held = [v.#data, ...(v.grad ? [v.grad] : []), ...v.saved];
+    v.#released = true;
+    v.grad = undefined;
+    v.parents = [];
+    v.backwardFn = undefined;
+    v.saved = [];
+    return held;
   }
 }
 
@@ -88,8 +118,9 @@ export function opResult(
   shape: readonly number[],
   inputs: readonly Var[],
   backward: () => void,
+  saved?: readonly Floats[],
 ): Var {
-  return new Var(data, shape, needsGrad(inputs), inputs, backward);
+  return new Var(data, shape, needsGrad(inputs), inputs, backward, saved);
 }
 
 /**
@@ -116,9 +147,101 @@ export function isGradEnabled(): boolean {
   return recording;
 }
 
-/** A zeroed array of the same float type as `like`. */
+// Float32 arrays that `release` gave back, by length: the next float32 array of that length an op allocates
+// is one of them. A training step allocates the same arrays every step (T1's model: ~110 MB in ~200 arrays),
+// and a fresh typed array costs V8 a zeroed allocation and the kernel a page fault per 4 KB on first write:
+// about 1.3 ms to allocate and fill 4 MB here, against 0.2 ms to refill one already touched.
+const pool = new Map<number, Float32Array[]>();
+let pooledBytes = 0;
+/** At most this many bytes wait in the pool; past it, released arrays are left to the GC. */
+const POOL_BYTES = 512 << 20;
+/** Arrays made by floatsLike / floatsFor: the only ones `release` may reuse (never a caller's own array). */
+const owned = new WeakSet<Floats>();
+
+function fromPool(length: number): Float32Array | undefined {
+  const a = pool.get(length)?.pop();
+  if (a) pooledBytes -= a.byteLength;
+  return a;
+}
+
+/** A zeroed array of the same float type as `like` (float32: a released one of that length, when there is one). */
 export function floatsLike(like: Floats, length: number): Floats {
-  return like instanceof Float64Array ? new Float64Array(length) : new Float32Array(length);
+  if (like instanceof Float64Array) return new Float64Array(length);
+  const reused = fromPool(length);
+  if (reused) return reused.fill(0);
+  const a = new Float32Array(length);
+  owned.add(a);
+  return a;
+}
+
+/**
+ * floatsLike for an array the caller writes whole before anything reads it (a product's output, a copy):
+ * a released array comes back as it was left, not zeroed.
+ */
+export function floatsFor(like: Floats, length: number): Floats {
+  if (like instanceof Float64Array) return new Float64Array(length);
+  const reused = fromPool(length);
+  if (reused) return reused;
+  const a = new Float32Array(length);
+  owned.add(a);
+  return a;
+}
+
+/**
+ * Frees the graph behind `root` (tf.dispose's counterpart, for training loops): every Var `root` was
+ * computed from — not the leaves (parameters, constants, inputs), which keep their values and grads —
+ * gives its float32 arrays, values and gradient, to the ops of later steps, and forgets its tape. After it,
+ * reading `data` of any of those Vars (root included) throws, and `backward` through them is refused; an
+ * array taken from one earlier (`const a = logits.data`) is overwritten by later ops, so copy what you
+ * keep. A step that calls it allocates (almost) nothing new: read the loss, update, release.
+ *
+ * @example
+ * const loss = autograd.crossEntropy(model.forward(ids, B, L).logits, targets);
+ * autograd.backward(loss);
+ * opt.step(1e-3);
+ * opt.zeroGrad();
+ * const value = loss.data[0];
+ * autograd.release(loss); // the step's activations and gradients serve the next step
+ */
+export function release(root: Var): void {
+  const vars = new Set<Var>([root]);
+  const stack = [root];
+  while (stack.length) {
+    for (const p of stack.pop()!.parents) {
+      if (!vars.has(p)) {
+        vars.add(p);
+        stack.push(p);
+      }
+    }
+  }
+  // A leaf's arrays are never given back, even where an op's result shares one (a custom view op).
+  const kept = new Set<Floats>();
+  const freed = new Set<Floats>();
+  for (const v of vars) {
+    if (v.parents.length === 0) {
+      kept.add(v.data);
+      if (v.grad) kept.add(v.grad);
+    }
+  }
+  for (const v of vars) if (v.parents.length > 0) for (const a of Var.free(v)) freed.add(a);
+  for (const a of freed) if (!kept.has(a)) toPool(a);
+}
+
+function toPool(a: Floats): void {
+  if (!(a instanceof Float32Array) || !owned.has(a) || pooledBytes + a.byteLength > POOL_BYTES) return;
+  const list = pool.get(a.length);
+  if (list?.includes(a)) return; // already there: never hand one array out twice
+  if (list) list.push(a);
+  else pool.set(a.length, [a]);
+  pooledBytes += a.byteLength;
+}
+
+/**
+ * Gives arrays that only the caller holds to later allocations at once (an op's backward temporaries,
+ * dead when it returns). Only arrays floatsLike / floatsFor made are taken; for ops, not exported.
+ */
+export function recycle(...arrays: Floats[]): void {
+  for (const a of arrays) toPool(a);
 }
 
 /**
@@ -126,6 +249,7 @@ export function floatsLike(like: Floats, length: number): Floats {
  * every Var it depends on. Grads accumulate: zero the parameters' grads between steps.
  */
 export function backward(loss: Var, seed?: ArrayLike<number>): void {
+  if (loss.released) throw new Error('backward: the loss was released (autograd.release); compute it again');
   if (!loss.requiresGrad) throw new Error('backward: the loss does not depend on any parameter');
   const g = loss.gradBuffer();
   if (seed) {
@@ -149,6 +273,9 @@ export function backward(loss: Var, seed?: ArrayLike<number>): void {
         stack.push(p);
       }
     }
+  }
+  if (tape.some((v) => v.released)) {
+    throw new Error('backward: the graph was released (autograd.release); compute the loss again');
   }
   tape.sort((a, b) => b.id - a.id);
   for (const v of tape) if (v.backwardFn && v.grad) v.backwardFn();

@@ -12,7 +12,8 @@ const isF32 = (...xs: (Floats | undefined)[]) =>
 
 /**
  * y[N, M] = x[N, K] · W[M, K]ᵀ (+ b[M]): PyTorch's Linear layout. `wRow` is the first row of W to use,
- * so a packed in_proj_weight [3E, K] can be read without copying. y has x's float type.
+ * so a packed in_proj_weight [3E, K] can be read without copying. y has x's float type; `out`, when
+ * given, is y (N·M floats of x's type, written whole).
  */
 export function linear<T extends Floats>(
   x: T,
@@ -23,8 +24,9 @@ export function linear<T extends Floats>(
   M: number,
   b?: Floats,
   bOffset = 0,
+  out?: T,
 ): T {
-  const y = (x instanceof Float64Array ? new Float64Array(N * M) : new Float32Array(N * M)) as T;
+  const y = out ?? ((x instanceof Float64Array ? new Float64Array(N * M) : new Float32Array(N * M)) as T);
   if (isF32(x, W, b)) {
     return gemm(
       linearProblem(x, N, K, W.subarray(wRow * K, (wRow + M) * K), M, b?.subarray(bOffset, bOffset + M)),
@@ -156,8 +158,9 @@ export function matmul(a: Float32Array, N: number, K: number, b: Float32Array, M
 
 /**
  * [A, B, C, D] → [A, C, B, D]: swaps the two middle axes (e.g. [B, L, H, hd] ↔ [B, H, L, hd]). The
- * result has the input's array type (float32, or float64 in gradient checks). x is read in storage order,
- * one D-long run at a time; with B = 1 or C = 1 the layout does not change and it is one copy.
+ * result has the input's array type (float32, or float64 in gradient checks); `out`, when given, is it
+ * (x's length and type, written whole). x is read in storage order, one D-long run at a time; with B = 1
+ * or C = 1 the layout does not change and it is one copy.
  */
 export function swapMiddle<T extends Float32Array | Float64Array>(
   x: T,
@@ -165,8 +168,10 @@ export function swapMiddle<T extends Float32Array | Float64Array>(
   B: number,
   C: number,
   D: number,
+  out?: T,
 ): T {
-  const y = (x instanceof Float64Array ? new Float64Array(x.length) : new Float32Array(x.length)) as T;
+  const y =
+    out ?? ((x instanceof Float64Array ? new Float64Array(x.length) : new Float32Array(x.length)) as T);
   if (B === 1 || C === 1) {
     y.set(x);
     return y;
@@ -224,7 +229,8 @@ export interface HeadRotation {
  * One part of packed projections x [N, L, P·H·E] (per row, P parts of H heads of E features: e.g. q | k |
  * v), split into heads [N, H, L, E] in x's array type: swapMiddle of that part, in one pass over it. With
  * `rotate`, each head is also turned by rotate-half RoPE at its row's position (rotateHalfHeads' formula
- * and float64 products), so the result is bit for bit splitLast, then rope, then swapMiddle.
+ * and float64 products), so the result is bit for bit splitLast, then rope, then swapMiddle. `out`, when
+ * given, is the result (N·H·L·E floats of x's type, written whole).
  */
 export function packedToHeads<T extends Float32Array | Float64Array>(
   x: T,
@@ -235,10 +241,11 @@ export function packedToHeads<T extends Float32Array | Float64Array>(
   H: number,
   E: number,
   rotate?: HeadRotation,
+  out?: T,
 ): T {
-  const y = (
-    x instanceof Float64Array ? new Float64Array(N * H * L * E) : new Float32Array(N * H * L * E)
-  ) as T;
+  const y =
+    out ??
+    ((x instanceof Float64Array ? new Float64Array(N * H * L * E) : new Float32Array(N * H * L * E)) as T);
   const W = H * E;
   const row = P * W;
   const half = E / 2;

@@ -7,7 +7,7 @@
 
 import { crossEntropy } from '../autograd/ops.js';
 import { type MuonJob, orthogonalise } from '../autograd/optim.js';
-import { backward } from '../autograd/var.js';
+import { backward, release } from '../autograd/var.js';
 import { TinyTransformer, type TransformerConfig } from '../model/transformer.js';
 import { Generator } from '../random.js';
 import { Tensor } from '../tensor.js';
@@ -121,6 +121,7 @@ export function serveTraining(init: TrainWorkerInit): void {
     const loss = crossEntropy(logits, targets);
     backward(loss, [f64[SLOT_F64.weight]]);
     f64[SLOT_F64.loss] = loss.data[0];
+    release(loss); // this step's activations and gradients serve the next one
     const [s0, s1, s2, s3, spare] = generator.getState();
     f64[g] = s0;
     f64[g + 1] = s1;

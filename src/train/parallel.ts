@@ -8,7 +8,7 @@
 
 import { crossEntropy } from '../autograd/ops.js';
 import { type MuonJob, orthogonalise } from '../autograd/optim.js';
-import { backward, type Var } from '../autograd/var.js';
+import { backward, release, type Var } from '../autograd/var.js';
 import type { TinyTransformer } from '../model/transformer.js';
 import type { Generator } from '../random.js';
 import { type DType, Tensor } from '../tensor.js';
@@ -190,6 +190,7 @@ export class ParallelSteps {
         const l = crossEntropy(logits, targets.subarray(a0 * L, b0 * L));
         backward(l, [weights[0]]);
         loss += weights[0] * l.data[0];
+        release(l); // this step's activations and gradients serve the next one
       } catch (err) {
         this.stop(); // the workers are in the middle of this step: never reuse their memory under them
         throw err;

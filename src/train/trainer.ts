@@ -7,7 +7,7 @@
 
 import { crossEntropy } from '../autograd/ops.js';
 import { AdamW, clipGradNorm, Muon, orthogonalise, warmupCosine } from '../autograd/optim.js';
-import { backward, noGrad } from '../autograd/var.js';
+import { backward, noGrad, release } from '../autograd/var.js';
 import { decodeSafetensors, encodeSafetensors } from '../io/safetensors.js';
 import { TinyTransformer, type TransformerConfig } from '../model/transformer.js';
 import { Generator } from '../random.js';
@@ -361,8 +361,10 @@ export class Trainer {
     const gradNorm = clipGradNorm(this.model.parameters(), this.clip);
     const lr = this.schedule(this.step);
     this.optimizer.step(lr);
-    this.losses.push(loss.data[0]);
-    return { step: this.step, loss: loss.data[0], lr, gradNorm, tokens: batch.B * batch.L };
+    const value = loss.data[0];
+    release(loss); // this step's activations and gradients serve the next one
+    this.losses.push(value);
+    return { step: this.step, loss: value, lr, gradNorm, tokens: batch.B * batch.L };
   }
 
   /**
