@@ -69,7 +69,9 @@ export async function prepareQkvTrain(impl: Extract<T1Impl, { kind: 'qkv' }>): P
     autograd.backward(loss);
     optimizer.step(T1.lr);
     optimizer.zeroGrad();
-    return loss.data[0];
+    const value = loss.data[0];
+    autograd.release(loss); // as tfjs's rows dispose theirs: the step's arrays serve the next step
+    return value;
   };
 }
 

@@ -53,6 +53,31 @@ export function median(xs: number[]): number {
   return s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
 }
 
+/**
+ * How many rounds P2 and T1 run their speed rows in (1 with --quick): each round runs every row once, in
+ * print order, so the rows of a round ran within minutes of each other, and a machine whose speed drifts
+ * (a shared VM) moves a whole round rather than one row against the others. A row's figure is the median
+ * over the rounds of each round's median.
+ */
+export const TABLE_ROUNDS = 3;
+
+/**
+ * The per-round ratios of a target as a cell: "1.52×, 1.48×, 1.55× (2 of 3 rounds ≥ 1.5×)"; '' for saved
+ * results from before rounds.
+ */
+export function roundsCell(ratios: number[], target: number): string {
+  if (ratios.length < 2) return '';
+  const met = ratios.filter((r) => r >= target).length;
+  return `${ratios.map((r) => `${r.toFixed(2)}×`).join(', ')} (${met} of ${ratios.length} rounds ≥ ${target}×)`;
+}
+
+/** Ratios of matching rounds: peer round i ÷ own round i (times: higher is a faster own row). */
+export function roundRatios(own: number[] | undefined, peer: number[] | undefined): number[] {
+  if (!own || !peer) return [];
+  const n = Math.min(own.length, peer.length);
+  return Array.from({ length: n }, (_, i) => peer[i] / own[i]);
+}
+
 export function newRow(impl: Impl, config: Config): Row {
   return {
     implementation: implName(impl),

@@ -8,7 +8,7 @@
 
 import type { TableRowStatus } from './p2.js';
 import { renderTable, statusText } from './p2.js';
-import { formatMs, median } from './results.js';
+import { formatMs, median, roundRatios, roundsCell } from './results.js';
 
 /** The model and batch of T1. */
 export const T1 = {
@@ -116,8 +116,10 @@ export interface T1Row {
   impl: T1Impl;
   status: TableRowStatus;
   message?: string;
-  /** Timed steps (after the warm-up), ms each. */
+  /** Timed steps (after the warm-up), ms each, of every round. */
   timesMs: number[];
+  /** Each round's median step (see TABLE_ROUNDS); absent for rows run once and results saved before rounds. */
+  roundsMs?: number[];
   /** Every step's loss, warm-up steps first. */
   losses: number[];
   warmup: number;
@@ -130,7 +132,7 @@ export interface T1Row {
    */
   heapMB?: [number, number, number][];
   peakRssMB?: number;
-  /** Median of the timed steps. */
+  /** Median of the timed steps (of the rounds' medians, when the row ran in rounds). */
   msPerStep?: number;
   tokensPerSec?: number;
   /** RSS after the last timed step − after the first timed step (MB). */
@@ -176,7 +178,7 @@ function memoryGrowth(
 export function finishT1Rows(rows: T1Row[]): void {
   for (const row of rows) {
     if (row.status !== 'ok' || row.timesMs.length === 0) continue;
-    row.msPerStep = median(row.timesMs);
+    row.msPerStep = row.roundsMs?.length ? median(row.roundsMs) : median(row.timesMs);
     row.tokensPerSec = (T1_TOKENS / row.msPerStep) * 1000;
     const timedRss = row.rssMB.slice(row.warmup);
     if (timedRss.length >= 2) row.rssGrowthMB = timedRss[timedRss.length - 1] - timedRss[0];
@@ -227,7 +229,7 @@ function t1Cells(row: T1Row): string[] {
     row.implementation,
     row.tokensPerSec.toFixed(0),
     formatMs(row.msPerStep),
-    `${row.warmup} + ${row.timesMs.length}`,
+    `${row.roundsMs && row.roundsMs.length > 1 ? `${row.roundsMs.length} × ` : ''}${row.warmup} + ${row.timesMs.length}`,
     loss,
     rss,
     rssText(row),
@@ -245,8 +247,8 @@ export function t1Table(rows: T1Row[], plain = false): string {
 /** The T1 target: qkv on one thread ≥ 4× tfjs-wasm's tokens/s; and what two threads give. */
 export function t1TargetsTable(rows: T1Row[]): string {
   const lines = [
-    '| target | qkv row | qkv | tfjs-wasm | ratio | met |',
-    '| --- | --- | ---: | ---: | ---: | --- |',
+    '| target | qkv row | qkv | tfjs-wasm | ratio | met | each round |',
+    '| --- | --- | ---: | ---: | ---: | --- | --- |',
   ];
   const peer = rows.find((r) => r.impl.kind === 'tfjs-wasm');
   for (const threads of [1, 2]) {
@@ -260,13 +262,14 @@ export function t1TargetsTable(rows: T1Row[]): string {
       if (qkv.tokensPerSec === undefined || peer.tokensPerSec === undefined) {
         const why = qkv.tokensPerSec === undefined ? statusText(qkv) : `tfjs-wasm ${statusText(peer)}`;
         const verdict = threads === 1 ? '—' : 'n/a';
-        lines.push(`| ${label} | ${qkv.implementation} | ${why.replaceAll('|', '\\|')} | | | ${verdict} |`);
+        lines.push(`| ${label} | ${qkv.implementation} | ${why.replaceAll('|', '\\|')} | | | ${verdict} | |`);
         continue;
       }
       const ratio = qkv.tokensPerSec / peer.tokensPerSec;
       const met = ratio >= T1_TARGET_RATIO ? '✓' : '✗';
+      const rounds = roundsCell(roundRatios(qkv.roundsMs, peer.roundsMs), T1_TARGET_RATIO);
       lines.push(
-        `| ${label} | ${qkv.implementation} | ${qkv.tokensPerSec.toFixed(0)} tokens/s | ${peer.tokensPerSec.toFixed(0)} tokens/s (tfjs-wasm t1) | ${ratio.toFixed(2)}× | ${met} |`,
+        `| ${label} | ${qkv.implementation} | ${qkv.tokensPerSec.toFixed(0)} tokens/s | ${peer.tokensPerSec.toFixed(0)} tokens/s (tfjs-wasm t1) | ${ratio.toFixed(2)}× | ${met} | ${rounds} |`,
       );
     }
   }
@@ -286,21 +289,23 @@ function t1MemoryTargets(rows: T1Row[]): string[] {
   if (qkv?.peakRssMB !== undefined && peer?.peakRssMB !== undefined) {
     const met = qkv.peakRssMB <= peer.peakRssMB ? '✓' : '✗';
     lines.push(
-      `| T1 memory: peak RSS ≤ tfjs-wasm's | ${qkv.implementation} | ${qkv.peakRssMB.toFixed(0)} MB | ${peer.peakRssMB.toFixed(0)} MB (tfjs-wasm t1) | | ${met} |`,
+      `| T1 memory: peak RSS ≤ tfjs-wasm's | ${qkv.implementation} | ${qkv.peakRssMB.toFixed(0)} MB | ${peer.peakRssMB.toFixed(0)} MB (tfjs-wasm t1) | | ${met} | |`,
     );
   }
   for (const row of rows.filter((r) => r.impl.kind === 'qkv' && r.impl.long)) {
     const label = `T1 memory: no growth over ${T1_LONG_STEPS} steps`;
     const growth = memoryGrowth(row.heapMB ?? []);
     if (growth === undefined) {
-      lines.push(`| ${label} | ${row.implementation} | ${statusText(row).replaceAll('|', '\\|')} | | | — |`);
+      lines.push(
+        `| ${label} | ${row.implementation} | ${statusText(row).replaceAll('|', '\\|')} | | | — | |`,
+      );
       continue;
     }
     const { heapGrowthMB, gcRssGrowthMB, early, late } = growth;
     const met = heapGrowthMB <= HEAP_GROWTH_MB && gcRssGrowthMB <= GROWTH_MB ? '✓' : '✗';
     const sign = (x: number) => `${x >= 0 ? '+' : '−'}${Math.abs(x).toFixed(1)}`;
     lines.push(
-      `| ${label} | ${row.implementation} | after GC, steps ${late} against ${early}: heap + buffers floor ${sign(heapGrowthMB)} MB, RSS median ${sign(gcRssGrowthMB)} MB | | | ${met} |`,
+      `| ${label} | ${row.implementation} | after GC, steps ${late} against ${early}: heap + buffers floor ${sign(heapGrowthMB)} MB, RSS median ${sign(gcRssGrowthMB)} MB | | | ${met} | |`,
     );
   }
   return lines;

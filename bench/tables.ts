@@ -22,12 +22,15 @@ import { finishG1Rows, G1_IMPLS, type G1Impl, type G1Row, g1Name, g1Summary } fr
 import type { G1Job } from './g1-rows.js';
 import { RELAXED_SIMD_FLAG } from './jobs.js';
 import { finishP2Rows, type P2Row, p2Impls, p2Name, statusText } from './p2.js';
+import { median, TABLE_ROUNDS } from './results.js';
 import { runChild } from './spawn.js';
 import {
   finishT1Rows,
   T1_HEAP_EVERY,
   T1_LONG_STEPS,
   T1_LONG_WARMUP,
+  T1_TOKENS,
+  type T1Impl,
   type T1Row,
   t1Impls,
   t1Name,
@@ -73,99 +76,152 @@ function statusOf(result: TableResult & { timedOut?: boolean }): P2Row['status']
   return result.timedOut ? 'timeout' : result.status;
 }
 
-/** Runs the P2 rows (those `selected` keeps); `relaxedRows` adds qkv's FMA rows (Node 20). */
+/** Runs the P2 rows (those `selected` keeps) in TABLE_ROUNDS rounds; `relaxedRows` adds qkv's FMA rows (Node 20). */
 export async function runP2(ctx: TableContext, relaxedRows: boolean): Promise<P2Row[]> {
-  const rows: P2Row[] = [];
   const impls = p2Impls(relaxedRows).filter((impl) => ctx.selected(`P2 ${p2Name(impl)}`));
-  for (const impl of impls) {
-    const row: P2Row = { implementation: p2Name(impl), impl, status: 'ok', timesMs: [] };
-    row.loadAverage1m = loadavg()[0];
-    const job: TableJob = {
-      table: 'p2',
-      impl,
-      maxRuns: ctx.quick ? 3 : 30,
-      budgetMs: ctx.quick ? 500 : 4000,
-      peersDir: ctx.peersDir,
-    };
-    const execArgv = impl.kind === 'qkv' && impl.relaxed ? [RELAXED_SIMD_FLAG] : [];
-    const result = await runChild<TableResult>(script(ctx), job, execArgv, P2_TIMEOUT_MS);
-    Object.assign(row, {
-      status: statusOf(result),
-      message: result.message,
-      timesMs: result.timesMs,
-      peakRssMB: result.peakRssMB,
-      maxAbsError: result.maxAbsError,
-      checkedAgainst: result.checkedAgainst,
-    });
-    finishP2Rows([row]);
-    ctx.log(
-      `  P2 ${row.implementation}  ${row.ms === undefined ? statusText(row) : `${row.ms.toFixed(1)} ms`}`,
-    );
-    rows.push(row);
+  const rows: P2Row[] = impls.map((impl) => ({
+    implementation: p2Name(impl),
+    impl,
+    status: 'ok',
+    timesMs: [],
+    roundsMs: [],
+  }));
+  const rounds = ctx.quick ? 1 : TABLE_ROUNDS;
+  for (let round = 0; round < rounds; round++) {
+    for (const row of rows) {
+      if (row.status !== 'ok') continue; // failed, or not installed: not run again
+      const { impl } = row;
+      if (round === 0) row.loadAverage1m = loadavg()[0];
+      const job: TableJob = {
+        table: 'p2',
+        impl,
+        maxRuns: ctx.quick ? 3 : 30,
+        budgetMs: ctx.quick ? 500 : 4000,
+        peersDir: ctx.peersDir,
+      };
+      const execArgv = impl.kind === 'qkv' && impl.relaxed ? [RELAXED_SIMD_FLAG] : [];
+      const result = await runChild<TableResult>(script(ctx), job, execArgv, P2_TIMEOUT_MS);
+      addRound(row, result, rounds);
+      if (row.status === 'ok') row.checkedAgainst = result.checkedAgainst;
+      const ms = row.status === 'ok' ? `${median(result.timesMs).toFixed(1)} ms` : statusText(row);
+      ctx.log(`  P2 ${row.implementation}${roundText(round, rounds)}  ${ms}`);
+    }
   }
   finishP2Rows(rows);
   return rows;
 }
 
-/** Runs the T1 rows (those `selected` keeps); `relaxedRows` adds qkv's FMA rows (Node 20). */
+/**
+ * Adds one run of a row's child to the row: its times and this round's median, the largest peak RSS and
+ * error so far; a run that did not pass (wrong, timeout, not installed) sets the row's status, so it
+ * reports no speed whatever the other rounds gave.
+ */
+function addRound(
+  row: {
+    status: P2Row['status'];
+    message?: string;
+    timesMs: number[];
+    roundsMs?: number[];
+    peakRssMB?: number;
+    maxAbsError?: number;
+  },
+  result: TableResult & { timedOut?: boolean },
+  rounds: number,
+): void {
+  const status = statusOf(result);
+  if (result.peakRssMB !== undefined) row.peakRssMB = Math.max(row.peakRssMB ?? 0, result.peakRssMB);
+  if (result.maxAbsError !== undefined) {
+    const prev = row.maxAbsError ?? 0;
+    row.maxAbsError = Number.isNaN(result.maxAbsError) ? Number.NaN : Math.max(prev, result.maxAbsError);
+  }
+  if (status !== 'ok' || result.timesMs.length === 0) {
+    row.status = status === 'ok' ? 'failed' : status;
+    row.message = result.message ?? (status === 'ok' ? 'no timed runs' : undefined);
+    return;
+  }
+  row.timesMs.push(...result.timesMs);
+  if (rounds > 1) row.roundsMs = [...(row.roundsMs ?? []), median(result.timesMs)];
+}
+
+const roundText = (round: number, rounds: number) => (rounds > 1 ? ` (round ${round + 1}/${rounds})` : '');
+
+/**
+ * Runs the T1 rows (those `selected` keeps); `relaxedRows` adds qkv's FMA rows (Node 20). The speed rows
+ * run in TABLE_ROUNDS rounds; tfjs-cpu (one step of about a minute) and the memory rows run once, after
+ * the first round and after the last.
+ */
 export async function runT1(ctx: TableContext, relaxedRows: boolean): Promise<T1Row[]> {
-  const rows: T1Row[] = [];
   // The memory rows take 200 steps each (about 2 minutes): not with --quick.
   const impls = t1Impls(relaxedRows, !ctx.quick).filter((impl) => ctx.selected(`T1 ${t1Name(impl)}`));
-  for (const impl of impls) {
-    const row: T1Row = {
-      implementation: t1Name(impl),
-      impl,
-      status: 'ok',
-      timesMs: [],
-      losses: [],
-      warmup: 0,
-      rssMB: [],
-    };
-    row.loadAverage1m = loadavg()[0];
-    const long = impl.kind === 'qkv' && impl.long === true;
-    const job: TableJob = long
-      ? {
-          table: 't1',
-          impl,
-          warmup: T1_LONG_WARMUP,
-          minSteps: T1_LONG_STEPS,
-          maxSteps: T1_LONG_STEPS,
-          budgetMs: Number.MAX_SAFE_INTEGER,
-          heapEvery: T1_HEAP_EVERY,
-        }
-      : {
-          table: 't1',
-          impl,
-          warmup: ctx.quick ? 1 : 2,
-          minSteps: ctx.quick ? 2 : 3,
-          maxSteps: ctx.quick ? 2 : 12,
-          budgetMs: ctx.quick ? 1000 : 20_000,
-        };
-    const execArgv = [
-      ...(impl.kind === 'qkv' && impl.relaxed ? [RELAXED_SIMD_FLAG] : []),
-      ...(long ? ['--expose-gc'] : []),
-    ];
-    const timeout = long ? T1_LONG_TIMEOUT_MS : T1_TIMEOUT_MS;
-    const result = await runChild<TableResult>(script(ctx), job, execArgv, timeout);
+  const rows: T1Row[] = impls.map((impl) => ({
+    implementation: t1Name(impl),
+    impl,
+    status: 'ok',
+    timesMs: [],
+    losses: [],
+    warmup: 0,
+    rssMB: [],
+  }));
+  const once = (impl: T1Impl) => impl.kind === 'tfjs-cpu' || (impl.kind === 'qkv' && impl.long === true);
+  const rounds = ctx.quick ? 1 : TABLE_ROUNDS;
+  for (let round = 0; round < rounds; round++) {
+    for (const row of rows.filter((r) => !once(r.impl))) await runT1Row(ctx, row, round, rounds);
+    if (round === 0) {
+      for (const row of rows.filter((r) => r.impl.kind === 'tfjs-cpu')) await runT1Row(ctx, row, 0, 1);
+    }
+  }
+  for (const row of rows.filter((r) => once(r.impl) && r.impl.kind !== 'tfjs-cpu')) {
+    await runT1Row(ctx, row, 0, 1);
+  }
+  finishT1Rows(rows);
+  return rows;
+}
+
+/** One run of a T1 row's child (round `round` of `rounds`), added to the row. */
+async function runT1Row(ctx: TableContext, row: T1Row, round: number, rounds: number): Promise<void> {
+  if (row.status !== 'ok') return; // failed in an earlier round: not run again
+  const { impl } = row;
+  if (round === 0) row.loadAverage1m = loadavg()[0];
+  const long = impl.kind === 'qkv' && impl.long === true;
+  const job: TableJob = long
+    ? {
+        table: 't1',
+        impl,
+        warmup: T1_LONG_WARMUP,
+        minSteps: T1_LONG_STEPS,
+        maxSteps: T1_LONG_STEPS,
+        budgetMs: Number.MAX_SAFE_INTEGER,
+        heapEvery: T1_HEAP_EVERY,
+      }
+    : {
+        table: 't1',
+        impl,
+        warmup: ctx.quick ? 1 : 2,
+        minSteps: ctx.quick ? 2 : 3,
+        maxSteps: ctx.quick ? 2 : 12,
+        budgetMs: ctx.quick ? 1000 : 20_000,
+      };
+  const execArgv = [
+    ...(impl.kind === 'qkv' && impl.relaxed ? [RELAXED_SIMD_FLAG] : []),
+    ...(long ? ['--expose-gc'] : []),
+  ];
+  const timeout = long ? T1_LONG_TIMEOUT_MS : T1_TIMEOUT_MS;
+  const result = await runChild<TableResult>(script(ctx), job, execArgv, timeout);
+  if (round === 0) {
+    // The first round's losses and RSS trace stand for the row (every round trains the same steps).
     Object.assign(row, {
-      status: statusOf(result),
-      message: result.message,
-      timesMs: result.timesMs,
-      peakRssMB: result.peakRssMB,
       losses: result.losses ?? [],
       warmup: result.warmup ?? 0,
       rssMB: result.rssMB ?? [],
       ...(result.heapMB === undefined ? {} : { heapMB: result.heapMB }),
     });
-    finishT1Rows([row]);
-    const speed =
-      row.tokensPerSec === undefined ? statusText(row) : `${row.tokensPerSec.toFixed(0)} tokens/s`;
-    ctx.log(`  T1 ${row.implementation}  ${speed}`);
-    rows.push(row);
   }
-  finishT1Rows(rows);
-  return rows;
+  addRound(row, result, rounds);
+  const speed =
+    row.status === 'ok'
+      ? `${((T1_TOKENS / median(result.timesMs)) * 1000).toFixed(0)} tokens/s`
+      : statusText(row);
+  ctx.log(`  T1 ${row.implementation}${roundText(round, rounds)}  ${speed}`);
 }
 
 /** G1's runs per row: one check run, then warm-up and timed runs (fewer with --quick). */
