@@ -126,6 +126,10 @@ describe('autograd.release', () => {
     backward(loss);
     release(loss);
     expect(() => backward(loss)).toThrow(/backward: the loss was released/);
+    expect(() => release(loss)).not.toThrow(); // a second release is a no-op
+    const like = new Float32Array(1);
+    const handed = [0, 1, 2, 3].map(() => floatsFor(like, 4)); // h's values and gradient, then new ones
+    expect(new Set(handed).size).toBe(4); // never the same array twice
     expect(() => backward(later)).toThrow(/backward: the graph was released/);
     expect(() => linear(h, w)).toThrow(/was released/);
   });

@@ -192,8 +192,10 @@ export function floatsFor(like: Floats, length: number): Floats {
  * computed from — not the leaves (parameters, constants, inputs), which keep their values and grads —
  * gives its float32 arrays, values and gradient, to the ops of later steps, and forgets its tape. After it,
  * reading `data` of any of those Vars (root included) throws, and `backward` through them is refused; an
- * array taken from one earlier (`const a = logits.data`) is overwritten by later ops, so copy what you
- * keep. A step that calls it allocates (almost) nothing new: read the loss, update, release.
+ * array taken from one earlier (`const a = logits.data`), or held by a Var outside the graph that shares
+ * it (a custom view op's result), is overwritten by later ops, so copy what you keep. A step that calls it
+ * allocates (almost) nothing new: read the loss, update, release. The arrays wait for reuse on this
+ * thread, at most 512 MB (about one step's worth while training); a second call is a no-op.
  *
  * @example
  * const loss = autograd.crossEntropy(model.forward(ids, B, L).logits, targets);
@@ -204,6 +206,7 @@ export function floatsFor(like: Floats, length: number): Floats {
  * autograd.release(loss); // the step's activations and gradients serve the next step
  */
 export function release(root: Var): void {
+  if (root.released) return; // released already: nothing is left to give back
   const vars = new Set<Var>([root]);
   const stack = [root];
   while (stack.length) {
