@@ -50,6 +50,9 @@ export class Var {
     this.parents = requiresGrad ? parents : [];
     this.backwardFn = requiresGrad ? backwardFn : undefined;
     this.saved = requiresGrad ? saved : [];
+    // A leaf made from an op's array (a value carried into the next step: constant(h.data)) keeps it:
+    // `release` must never reuse it under the leaf.
+    if (this.parents.length === 0) owned.delete(data);
   }
 
   /** The values (float32 to train, float64 to check gradients). Throws once `release` has freed them. */
@@ -157,10 +160,18 @@ let pooledBytes = 0;
 const POOL_BYTES = 512 << 20;
 /** Arrays made by floatsLike / floatsFor: the only ones `release` may reuse (never a caller's own array). */
 const owned = new WeakSet<Floats>();
+/** The arrays in the pool (so none goes in twice, without searching its length's list). */
+const pooled = new WeakSet<Float32Array>();
+/** Lengths asked for since the last release: a length nobody asked for in a whole step is let go. */
+const asked = new Set<number>();
 
 function fromPool(length: number): Float32Array | undefined {
+  asked.add(length);
   const a = pool.get(length)?.pop();
-  if (a) pooledBytes -= a.byteLength;
+  if (a) {
+    pooledBytes -= a.byteLength;
+    pooled.delete(a);
+  }
   return a;
 }
 
@@ -195,7 +206,8 @@ export function floatsFor(like: Floats, length: number): Floats {
  * array taken from one earlier (`const a = logits.data`), or held by a Var outside the graph that shares
  * it (a custom view op's result), is overwritten by later ops, so copy what you keep. A step that calls it
  * allocates (almost) nothing new: read the loss, update, release. The arrays wait for reuse on this
- * thread, at most 512 MB (about one step's worth while training); a second call is a no-op.
+ * thread, at most 512 MB, and each release lets go of those of lengths nothing asked for since the last
+ * one (about one step's worth stays while training); a second call is a no-op.
  *
  * @example
  * const loss = autograd.crossEntropy(model.forward(ids, B, L).logits, targets);
@@ -207,11 +219,23 @@ export function floatsFor(like: Floats, length: number): Floats {
  */
 export function release(root: Var): void {
   if (root.released) return; // released already: nothing is left to give back
+  // Arrays of lengths no op asked for since the last release (a shape of an earlier step) go to the GC,
+  // so the pool holds about one step's arrays, not every shape ever released.
+  for (const [length, list] of pool) {
+    if (asked.has(length)) continue;
+    for (const a of list) {
+      pooledBytes -= a.byteLength;
+      pooled.delete(a);
+    }
+    pool.delete(length);
+  }
+  asked.clear();
   const vars = new Set<Var>([root]);
   const stack = [root];
   while (stack.length) {
     for (const p of stack.pop()!.parents) {
-      if (!vars.has(p)) {
+      // A Var released with another loss (two losses on one trunk) has nothing left to give back.
+      if (!vars.has(p) && !p.released) {
         vars.add(p);
         stack.push(p);
       }
@@ -231,11 +255,12 @@ export function release(root: Var): void {
 }
 
 function toPool(a: Floats): void {
-  if (!(a instanceof Float32Array) || !owned.has(a) || pooledBytes + a.byteLength > POOL_BYTES) return;
+  if (!(a instanceof Float32Array) || !owned.has(a) || pooled.has(a)) return; // pooled: never twice
+  if (pooledBytes + a.byteLength > POOL_BYTES) return;
   const list = pool.get(a.length);
-  if (list?.includes(a)) return; // already there: never hand one array out twice
   if (list) list.push(a);
   else pool.set(a.length, [a]);
+  pooled.add(a);
   pooledBytes += a.byteLength;
 }
 
@@ -254,14 +279,8 @@ export function recycle(...arrays: Floats[]): void {
 export function backward(loss: Var, seed?: ArrayLike<number>): void {
   if (loss.released) throw new Error('backward: the loss was released (autograd.release); compute it again');
   if (!loss.requiresGrad) throw new Error('backward: the loss does not depend on any parameter');
-  const g = loss.gradBuffer();
-  if (seed) {
-    if (seed.length !== loss.size) {
-      throw new RangeError(`backward: seed has ${seed.length} elements but the loss has ${loss.size}`);
-    }
-    for (let i = 0; i < g.length; i++) g[i] += seed[i];
-  } else {
-    for (let i = 0; i < g.length; i++) g[i] += 1;
+  if (seed && seed.length !== loss.size) {
+    throw new RangeError(`backward: seed has ${seed.length} elements but the loss has ${loss.size}`);
   }
   // The tape: every Var reachable from the loss (iterative DFS, no recursion limit), newest first.
   const seen = new Set<Var>([loss]);
@@ -280,6 +299,9 @@ export function backward(loss: Var, seed?: ArrayLike<number>): void {
   if (tape.some((v) => v.released)) {
     throw new Error('backward: the graph was released (autograd.release); compute the loss again');
   }
+  const g = loss.gradBuffer(); // seeded only once nothing can refuse
+  if (seed) for (let i = 0; i < g.length; i++) g[i] += seed[i];
+  else for (let i = 0; i < g.length; i++) g[i] += 1;
   tape.sort((a, b) => b.id - a.id);
   for (const v of tape) if (v.backwardFn && v.grad) v.backwardFn();
 }
