@@ -175,7 +175,11 @@ function fromPool(length: number): Float32Array | undefined {
   return a;
 }
 
-/** A zeroed array of the same float type as `like` (float32: a released one of that length, when there is one). */
+/**
+ * A zeroed array of the same float type as `like` (float32: a released one of that length, when there is
+ * one). For a custom op's outputs: an array it returns as a Var's data (or saves for its backward) is
+ * reused by later ops once that Var is released, so the op must not keep it for itself across calls.
+ */
 export function floatsLike(like: Floats, length: number): Floats {
   if (like instanceof Float64Array) return new Float64Array(length);
   const reused = fromPool(length);
