@@ -127,8 +127,9 @@ export function add(a: Var, b: Var): Var {
   const out = opResult(y, a.shape, [a, b], () => {
     const dy = out.grad!;
     if (a.requiresGrad) accumulateGrad(a, dy);
-    if (b.requiresGrad && nb === n) accumulateGrad(b, dy);
-    else if (b.requiresGrad) {
+    if (!b.requiresGrad) return;
+    if (nb === n) accumulateGrad(b, dy);
+    else {
       const db = b.gradBuffer();
       for (let o = 0; o < n; o += nb) for (let j = 0; j < nb; j++) db[j] += dy[o + j]; // summed over the repeats
     }

@@ -182,8 +182,11 @@ function fromPool(length: number): Float32Array | undefined {
  */
 export function floatsLike(like: Floats, length: number): Floats {
   if (like instanceof Float64Array) return new Float64Array(length);
-  const reused = fromPool(length);
-  if (reused) return reused.fill(0);
+  return fromPool(length)?.fill(0) ?? ownedFloats(length);
+}
+
+/** A new float32 array that `release` may later reuse. */
+function ownedFloats(length: number): Float32Array {
   const a = new Float32Array(length);
   owned.add(a);
   return a;
@@ -195,11 +198,7 @@ export function floatsLike(like: Floats, length: number): Floats {
  */
 export function floatsFor(like: Floats, length: number): Floats {
   if (like instanceof Float64Array) return new Float64Array(length);
-  const reused = fromPool(length);
-  if (reused) return reused;
-  const a = new Float32Array(length);
-  owned.add(a);
-  return a;
+  return fromPool(length) ?? ownedFloats(length);
 }
 
 /**
@@ -245,17 +244,16 @@ export function release(root: Var): void {
       }
     }
   }
-  // A leaf's arrays are never given back, even where an op's result shares one (a custom view op).
+  // A leaf's arrays are never given back, even where an op's result shares one (a custom view op); an
+  // array two Vars share goes into the pool once (toPool skips one already there).
   const kept = new Set<Floats>();
-  const freed = new Set<Floats>();
   for (const v of vars) {
     if (v.parents.length === 0) {
       kept.add(v.data);
       if (v.grad) kept.add(v.grad);
     }
   }
-  for (const v of vars) if (v.parents.length > 0) for (const a of Var.free(v)) freed.add(a);
-  for (const a of freed) if (!kept.has(a)) toPool(a);
+  for (const v of vars) if (v.parents.length > 0) for (const a of Var.free(v)) if (!kept.has(a)) toPool(a);
 }
 
 function toPool(a: Floats): void {
