@@ -284,3 +284,76 @@ export function lnBackward(
     }
   }
 }
+
+/**
+ * Moves A·B·C runs of D floats: the run at src + (a·sa + b·sb + c·sc) floats goes to dst + (a·ta + b·tb +
+ * c·tc) floats, copied (acc = 0) or added to what is there (acc = 1, float32 sums). The heads' layout
+ * changes ([B, L, H, E] ↔ [B, H, L, E], a part of packed q | k | v to heads and back) as
+ * src/kernels/ops-wasm.ts drives them: JS element loops took several ns a float for these.
+ */
+export function permuteRuns(
+  src: usize, dst: usize, A: i32, B: i32, C: i32, D: i32,
+  sa: i32, sb: i32, sc: i32, ta: i32, tb: i32, tc: i32, acc: i32,
+): void {
+  const vecEnd = <usize>(D & ~3) << 2;
+  const runEnd = <usize>D << 2;
+  for (let a = 0; a < A; a++) {
+    for (let b = 0; b < B; b++) {
+      for (let c = 0; c < C; c++) {
+        const s = src + (<usize>(a * sa + b * sb + c * sc) << 2);
+        const d = dst + (<usize>(a * ta + b * tb + c * tc) << 2);
+        let i: usize = 0;
+        if (acc != 0) {
+          for (; i < vecEnd; i += 16) v128.store(d + i, f32x4.add(v128.load(d + i), v128.load(s + i)));
+          for (; i < runEnd; i += 4) store<f32>(d + i, load<f32>(d + i) + load<f32>(s + i));
+        } else {
+          for (; i < vecEnd; i += 16) v128.store(d + i, v128.load(s + i));
+          for (; i < runEnd; i += 4) store<f32>(d + i, load<f32>(s + i));
+        }
+      }
+    }
+  }
+}
+
+/**
+ * Column sums of x [rows, M] (float32) added into sums [M] (float64): four rows a sweep, each column's
+ * sum taking them in row order (s + x0 + x1 + x2 + x3, left to right), then the last rows one at a time:
+ * the float64 additions of src/kernels/matmul.ts linearGradBias's JS loop, in its order, so the sums are
+ * its bit for bit when the caller's chunks of rows start at multiples of 4.
+ */
+export function colSums(x: usize, rows: i32, M: i32, sums: usize): void {
+  const rowBytes = <usize>M << 2;
+  const pairs = M & ~1;
+  let n = 0;
+  for (; n + 4 <= rows; n += 4) {
+    const r0 = x + <usize>n * rowBytes;
+    const r1 = r0 + rowBytes;
+    const r2 = r1 + rowBytes;
+    const r3 = r2 + rowBytes;
+    let m = 0;
+    for (; m < pairs; m += 2) {
+      const at = <usize>m << 2;
+      const sp = sums + (<usize>m << 3);
+      let s = f64x2.add(v128.load(sp), load2(r0 + at));
+      s = f64x2.add(s, load2(r1 + at));
+      s = f64x2.add(s, load2(r2 + at));
+      v128.store(sp, f64x2.add(s, load2(r3 + at)));
+    }
+    if (m < M) {
+      const at = <usize>m << 2;
+      const sp = sums + (<usize>m << 3);
+      store<f64>(
+        sp,
+        load<f64>(sp) + <f64>load<f32>(r0 + at) + <f64>load<f32>(r1 + at) + <f64>load<f32>(r2 + at) +
+          <f64>load<f32>(r3 + at),
+      );
+    }
+  }
+  for (; n < rows; n++) {
+    const r = x + <usize>n * rowBytes;
+    for (let m = 0; m < M; m++) {
+      const sp = sums + (<usize>m << 3);
+      store<f64>(sp, load<f64>(sp) + <f64>load<f32>(r + (<usize>m << 2)));
+    }
+  }
+}

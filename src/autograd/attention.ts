@@ -9,7 +9,9 @@ import { type FlexMods, resolveFlex } from '../flex/flex.js';
 import {
   type HeadRotation,
   headsToPackedAccumulate,
+  headsToPackedAccumulateParts,
   packedToHeads,
+  packedToHeadsParts,
   swapMiddle,
   swapMiddleAccumulate,
 } from '../kernels/matmul.js';
@@ -181,6 +183,10 @@ export function attentionPacked(qkv: Var, options: PackedAttentionOptions): { ou
   return attendHeads([qkv], heads, sdpa, flex, needWeights, (grads) => {
     if (!qkv.requiresGrad) return;
     const dst = qkv.gradBuffer();
+    if (!rotate) {
+      headsToPackedAccumulateParts([grads.dq, grads.dk, grads.dv], B, L, 3, H, E, dst);
+      return;
+    }
     headsToPackedAccumulate(grads.dq, B, L, 3, 0, H, E, dst, rotate);
     headsToPackedAccumulate(grads.dk, B, L, 3, 1, H, E, dst, rotate);
     headsToPackedAccumulate(grads.dv, B, L, 3, 2, H, E, dst);
@@ -211,6 +217,14 @@ export function splitPacked<T extends Float32Array | Float64Array>(
   if (rope) {
     checkRopeArgs(fn, [B, L, H * E], H, E, rope.offset, rope.base);
     rotate = ropeTable(L, E, rope.offset, rope.base);
+  }
+  if (!rotate) {
+    const n = B * L * H * E;
+    const make = (): T =>
+      alloc ? alloc(n) : ((data instanceof Float64Array ? new Float64Array(n) : new Float32Array(n)) as T);
+    const [q, k, v] = [make(), make(), make()];
+    packedToHeadsParts(data, B, L, 3, H, E, [q, k, v]);
+    return { B, L, E, rotate, q, k, v };
   }
   return {
     B,

@@ -5,7 +5,48 @@
 // PyTorch's float32 Linear); float64 operands (gradient checks) keep the exact float64 loops below.
 
 import { type GemmProblem, gemm } from './gemm.js';
+import { colSumsWasm, type LayoutSide, permuteWasm } from './ops-wasm.js';
 import type { Floats } from './types.js';
+
+/**
+ * Fewest floats for which the layout changes and the bias gradient go to WASM: below it a JS loop costs
+ * less than the call (a few µs of copies and bookkeeping).
+ */
+export const WASM_LAYOUT_MIN = 4096;
+
+const side = (data: Floats, off: number, sa: number, sb: number, sc: number): LayoutSide => ({
+  data,
+  off,
+  strides: [sa, sb, sc],
+});
+
+/** packedToHeads of one part as a permuteWasm job over [N, L, H, E]. */
+const packedToHeadsJob = (
+  x: Floats,
+  L: number,
+  P: number,
+  part: number,
+  H: number,
+  E: number,
+  y: Floats,
+) => ({
+  from: side(x, part * H * E, L * P * H * E, P * H * E, E),
+  to: side(y, 0, H * L * E, E, L * E),
+});
+
+/** headsToPackedAccumulate of one part as a permuteWasm job over [N, H, L, E]. */
+const headsToPackedJob = (
+  g: Floats,
+  L: number,
+  P: number,
+  part: number,
+  H: number,
+  E: number,
+  dst: Floats,
+) => ({
+  from: side(g, 0, H * L * E, L * E, E),
+  to: side(dst, part * H * E, L * P * H * E, E, P * H * E),
+});
 
 const isF32 = (...xs: (Floats | undefined)[]) =>
   xs.every((x) => x === undefined || x instanceof Float32Array);
@@ -132,6 +173,7 @@ export function linearGradWeight(dy: Floats, N: number, M: number, x: Floats, K:
  * taking them in row order, so the float64 sums are the row-by-row ones bit for bit.
  */
 export function linearGradBias(dy: Floats, N: number, M: number, db: Floats): void {
+  if (N * M >= WASM_LAYOUT_MIN && colSumsWasm(dy, N, M, db)) return; // the same float64 sums, in WASM
   const sums = new Float64Array(M);
   let n = 0;
   for (; n + 4 <= N; n += 4) {
@@ -177,6 +219,16 @@ export function swapMiddle<T extends Float32Array | Float64Array>(
     return y;
   }
   const step = B * D; // from one c to the next in y
+  if (
+    x.length >= WASM_LAYOUT_MIN &&
+    permuteWasm(
+      [{ from: side(x, 0, B * C * D, C * D, D), to: side(y, 0, C * step, D, step) }],
+      [A, B, C, D],
+      false,
+    )
+  ) {
+    return y;
+  }
   let from = 0;
   for (let a = 0; a < A; a++) {
     const base = a * C * step;
@@ -208,6 +260,16 @@ export function swapMiddleAccumulate(
     return;
   }
   const step = B * D;
+  if (
+    x.length >= WASM_LAYOUT_MIN &&
+    permuteWasm(
+      [{ from: side(x, 0, B * C * D, C * D, D), to: side(dst, 0, C * step, D, step) }],
+      [A, B, C, D],
+      true,
+    )
+  ) {
+    return;
+  }
   let from = 0;
   for (let a = 0; a < A; a++) {
     const base = a * C * step;
@@ -249,6 +311,13 @@ export function packedToHeads<T extends Float32Array | Float64Array>(
   const W = H * E;
   const row = P * W;
   const half = E / 2;
+  if (
+    !rotate &&
+    y.length >= WASM_LAYOUT_MIN &&
+    permuteWasm([packedToHeadsJob(x, L, P, part, H, E, y)], [N, L, H, E], false)
+  ) {
+    return y;
+  }
   for (let n = 0; n < N; n++) {
     for (let i = 0; i < L; i++) {
       const src = (n * L + i) * row + part * W;
@@ -276,6 +345,47 @@ export function packedToHeads<T extends Float32Array | Float64Array>(
 }
 
 /**
+ * packedToHeads of parts 0 … outs.length − 1 of x at once, none rotated: outs[p] gets part p (N·H·L·E
+ * floats of x's type each, written whole). Where WASM serves, the packed rows are staged once for all
+ * the parts; the result is packedToHeads' for each part, bit for bit.
+ */
+export function packedToHeadsParts<T extends Float32Array | Float64Array>(
+  x: T,
+  N: number,
+  L: number,
+  P: number,
+  H: number,
+  E: number,
+  outs: readonly T[],
+): void {
+  const jobs = outs.map((y, part) => packedToHeadsJob(x, L, P, part, H, E, y));
+  if (N * L * H * E >= WASM_LAYOUT_MIN && permuteWasm(jobs, [N, L, H, E], false)) return;
+  outs.forEach((y, part) => {
+    packedToHeads(x, N, L, P, part, H, E, undefined, y);
+  });
+}
+
+/**
+ * headsToPackedAccumulate of gs[p] into part p of dst for p = 0 … gs.length − 1, none rotated. Where WASM
+ * serves, dst's rows are staged once for all the parts; the sums are the single calls' bit for bit.
+ */
+export function headsToPackedAccumulateParts(
+  gs: readonly (Float32Array | Float64Array)[],
+  N: number,
+  L: number,
+  P: number,
+  H: number,
+  E: number,
+  dst: Float32Array | Float64Array,
+): void {
+  const jobs = gs.map((g, part) => headsToPackedJob(g, L, P, part, H, E, dst));
+  if (N * L * H * E >= WASM_LAYOUT_MIN && permuteWasm(jobs, [N, H, L, E], true)) return;
+  gs.forEach((g, part) => {
+    headsToPackedAccumulate(g, N, L, P, part, H, E, dst);
+  });
+}
+
+/**
  * The backward of packedToHeads: dst [N, L, P·H·E] (the packed projections' grad) += g [N, H, L, E]
  * merged back into part `part`, turned back by −angle first with `rotate` (each turned value rounded to
  * dst's type before it is added, as the unfused ops' intermediate grads round it). Bit for bit what
@@ -297,6 +407,13 @@ export function headsToPackedAccumulate(
   const row = P * W;
   const half = E / 2;
   const round = dst instanceof Float32Array;
+  if (
+    !rotate &&
+    g.length >= WASM_LAYOUT_MIN &&
+    permuteWasm([headsToPackedJob(g, L, P, part, H, E, dst)], [N, H, L, E], true)
+  ) {
+    return;
+  }
   for (let n = 0; n < N; n++) {
     for (let h = 0; h < H; h++) {
       for (let i = 0; i < L; i++) {

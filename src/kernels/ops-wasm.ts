@@ -1,5 +1,6 @@
 // The WASM driver of the autograd's element-wise hot loops (assembly/ops.ts): softmax cross-entropy
-// statistics and gradient, tanh-GELU and LayerNorm forward and backward, on float32 storage. src/autograd/ops.ts calls
+// statistics and gradient, tanh-GELU and LayerNorm forward and backward, the heads' layout changes and
+// linear's bias gradient, on float32 storage. src/autograd/ops.ts calls
 // these for float32 Vars and keeps its JS loops for float64 ones (gradient checks) and for runtimes
 // without WASM SIMD.
 // One decision to know: each call streams its arrays through a fixed scratch (CHUNK floats per array)
@@ -47,6 +48,22 @@ interface OpsExports {
     rows: number,
     D: number,
   ): void;
+  permuteRuns(
+    src: number,
+    dst: number,
+    A: number,
+    B: number,
+    C: number,
+    D: number,
+    sa: number,
+    sb: number,
+    sc: number,
+    ta: number,
+    tb: number,
+    tc: number,
+    acc: number,
+  ): void;
+  colSums(x: number, rows: number, M: number, sums: number): void;
 }
 
 /** Floats per array per chunk: 4 arrays of 64 K floats = 1 MB of scratch (L2-sized pieces, few calls). */
@@ -319,5 +336,118 @@ export function layerNormBackwardWasm(
     }
     dw.set(f32.subarray(dwPtr / 4, dwPtr / 4 + D));
     db.set(f32.subarray(dbPtr / 4, dbPtr / 4 + D));
+  });
+}
+
+/** Most floats of one array's span that a permuteWasm call stages at once (4 MB). */
+const LAYOUT_FLOATS = 1 << 20;
+
+/** One side of a layout move: element (a, b, c, d) is data[off + a·strides[0] + b·strides[1] + c·strides[2] + d]. */
+export interface LayoutSide {
+  data: Floats;
+  off: number;
+  strides: readonly [number, number, number];
+}
+
+/**
+ * For each job: to (a, b, c, d) = (or +=, with `accumulate`) from (a, b, c, d) for every a < A, b < B,
+ * c < C, d < D (non-negative strides): the heads' layout changes of src/kernels/matmul.ts. Sides on one
+ * array with the same strides (the three parts of packed q | k | v) are staged as one span. Each group of
+ * slices a goes through the scratch as straight copies of the span each array covers (a written array's
+ * span copied in first unless its runs fill it: what no run writes goes back as it came) and one
+ * permuteRuns call per job. False (nothing written) if WASM cannot serve or a slice's span is more than
+ * LAYOUT_FLOATS: the caller's JS loop then runs. The jobs must not write what another job reads.
+ */
+export function permuteWasm(
+  jobs: readonly { from: LayoutSide; to: LayoutSide }[],
+  dims: readonly [number, number, number, number],
+  accumulate: boolean,
+): boolean {
+  const [A, B, C, D] = dims;
+  if (A * B * C * D === 0 || jobs.length === 0) return false;
+  if (!jobs.every((j) => available(j.from.data) && j.to.data instanceof Float32Array)) return false;
+  // Floats from the first element of `n` slices to the end of their last run.
+  const slice = (s: readonly number[]) => (B - 1) * s[1] + (C - 1) * s[2] + D;
+  const span = (s: readonly number[], n: number) => (n - 1) * s[0] + slice(s);
+  // The staged arrays: each (array, strides) once, covering its sides' offsets [lo, hi].
+  type Staged = { data: Floats; strides: readonly number[]; lo: number; hi: number; written: boolean };
+  const staged: Staged[] = [];
+  const stage = ({ data, off, strides }: LayoutSide, written: boolean): Staged => {
+    let s = staged.find((x) => x.data === data && x.strides.every((v, i) => v === strides[i]));
+    if (!s) {
+      s = { data, strides, lo: off, hi: off, written };
+      staged.push(s);
+    }
+    s.lo = Math.min(s.lo, off);
+    s.hi = Math.max(s.hi, off);
+    s.written ||= written;
+    return s;
+  };
+  const pairs = jobs.map((j) => ({ job: j, from: stage(j.from, false), to: stage(j.to, true) }));
+  const extent = (s: Staged, n: number) => s.hi - s.lo + span(s.strides, n);
+  if (staged.some((s) => extent(s, 1) > LAYOUT_FLOATS)) return false;
+  const slicesFitting = (s: Staged) =>
+    s.strides[0] === 0 ? A : Math.floor((LAYOUT_FLOATS - extent(s, 1)) / s.strides[0]) + 1;
+  const na = Math.max(1, Math.min(A, ...staged.map(slicesFitting)));
+  const bytes = staged.map((s) => align(extent(s, na) * 4));
+  // Whether a written array's runs fill its span (then it need not be copied in).
+  const filled = (s: Staged, n: number) =>
+    !accumulate && pairs.filter((p) => p.to === s).length === 1 && n * B * C * D === extent(s, n);
+  return run(
+    'wasm layout',
+    bytes.reduce((x, y) => x + y, 0),
+    (rt, ex) => {
+      const ptrs: number[] = [];
+      let at = align(rt.base);
+      for (const b of bytes) {
+        ptrs.push(at);
+        at += b;
+      }
+      const f32 = rt.f32;
+      const ptrOf = (s: Staged, off: number) => ptrs[staged.indexOf(s)] + (off - s.lo) * 4;
+      for (let a0 = 0; a0 < A; a0 += na) {
+        const n = Math.min(na, A - a0);
+        staged.forEach((s, i) => {
+          if (s.written && filled(s, n)) return;
+          const start = s.lo + a0 * s.strides[0];
+          f32.set(s.data.subarray(start, start + extent(s, n)), ptrs[i] / 4);
+        });
+        for (const { job, from, to } of pairs) {
+          const [sa, sb, sc] = job.from.strides;
+          const [ta, tb, tc] = job.to.strides;
+          const x = ptrOf(from, job.from.off);
+          const y = ptrOf(to, job.to.off);
+          ex.permuteRuns(x, y, n, B, C, D, sa, sb, sc, ta, tb, tc, accumulate ? 1 : 0);
+        }
+        staged.forEach((s, i) => {
+          if (!s.written) return;
+          s.data.set(f32.subarray(ptrs[i] / 4, ptrs[i] / 4 + extent(s, n)), s.lo + a0 * s.strides[0]);
+        });
+      }
+    },
+  );
+}
+
+/**
+ * db[M] += the column sums of dy [N, M], summed in float64 exactly as linearGradBias's JS loop sums them
+ * (four rows a sweep, chunks of rows starting at multiples of 4), so the result is that loop's bit for bit.
+ * False (db untouched) if WASM cannot serve.
+ */
+export function colSumsWasm(dy: Floats, N: number, M: number, db: Floats): boolean {
+  if (!available(dy) || !(db instanceof Float32Array) || M === 0 || N === 0) return false;
+  const rows = Math.max(4, Math.floor(CHUNK / M / 4) * 4);
+  const xBytes = align(Math.min(rows, N) * M * 4);
+  return run('wasm linear bias grad', xBytes + align(M * 8), (rt, ex) => {
+    const xPtr = align(rt.base);
+    const sPtr = xPtr + xBytes;
+    const f32 = rt.f32;
+    f32.fill(0, sPtr / 4, sPtr / 4 + 2 * M);
+    for (let r0 = 0; r0 < N; r0 += rows) {
+      const r = Math.min(rows, N - r0);
+      f32.set(dy.subarray(r0 * M, (r0 + r) * M), xPtr / 4);
+      ex.colSums(xPtr, r, M, sPtr);
+    }
+    const w = words(rt);
+    for (let m = 0; m < M; m++) db[m] += w.getFloat64(sPtr + 8 * m, true);
   });
 }

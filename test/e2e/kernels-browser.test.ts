@@ -260,6 +260,92 @@ describe('the library in Chromium', () => {
     expect(warnings).toEqual([]);
   });
 
+  it("moves heads' layouts and sums linear's bias gradient in WASM, bit for bit the element loops", async () => {
+    const { page } = await open(await serve(false));
+    const result = await page.evaluate(async () => {
+      const mm = await load('/dist/kernels/matmul.js');
+      const { permuteWasm } = await load('/dist/kernels/ops-wasm.js');
+      let s = 9;
+      const rand = (n: number) =>
+        Float32Array.from({ length: n }, (_, i) => {
+          s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+          return i % 97 === 5 ? Number.NaN : i % 89 === 3 ? -0 : (s / 2 ** 32 - 0.5) * 8;
+        });
+      let differ = 0;
+      const same = (a: ArrayLike<number>, b: ArrayLike<number>) => {
+        for (let i = 0; i < b.length; i++) if (!Object.is(a[i], b[i])) differ++;
+      };
+      // swapMiddle [A, B, C, D] → [A, C, B, D] and its accumulating form, on odd sizes.
+      const [A, B, C, D] = [3, 65, 17, 17];
+      const x = rand(A * B * C * D);
+      const want = new Float32Array(x.length);
+      const acc = rand(x.length);
+      const wantAcc = acc.slice();
+      for (let a = 0; a < A; a++)
+        for (let b = 0; b < B; b++)
+          for (let c = 0; c < C; c++)
+            for (let d = 0; d < D; d++) {
+              const from = ((a * B + b) * C + c) * D + d;
+              const to = ((a * C + c) * B + b) * D + d;
+              want[to] = x[from];
+              wantAcc[to] = Math.fround(wantAcc[to] + x[from]);
+            }
+      same(mm.swapMiddle(x, A, B, C, D), want);
+      mm.swapMiddleAccumulate(x, A, B, C, D, acc);
+      same(acc, wantAcc);
+      // Packed q | k | v [N, L, 3, H, E] → three [N, H, L, E], and the heads' gradients added back.
+      const [N, L, H, E] = [3, 129, 4, 17];
+      const packed = rand(N * L * 3 * H * E);
+      const n = N * H * L * E;
+      const outs = [0, 1, 2].map(() => new Float32Array(n));
+      mm.packedToHeadsParts(packed, N, L, 3, H, E, outs);
+      const gs = [0, 1, 2].map(() => rand(n));
+      const dst = rand(packed.length);
+      const wantDst = dst.slice();
+      for (let part = 0; part < 3; part++) {
+        const heads = new Float32Array(n);
+        for (let b = 0; b < N; b++)
+          for (let i = 0; i < L; i++)
+            for (let h = 0; h < H; h++)
+              for (let e = 0; e < E; e++) {
+                const p = (((b * L + i) * 3 + part) * H + h) * E + e;
+                const q = ((b * H + h) * L + i) * E + e;
+                heads[q] = packed[p];
+                wantDst[p] = Math.fround(wantDst[p] + gs[part][q]);
+              }
+        same(outs[part], heads);
+      }
+      mm.headsToPackedAccumulateParts(gs, N, L, 3, H, E, dst);
+      same(dst, wantDst);
+      // linear's bias gradient: float64 column sums, four rows a sweep, in row order.
+      const [R, M] = [4001, 17];
+      const dy = rand(R * M);
+      const db = rand(M);
+      const sums = new Float64Array(M);
+      let r = 0;
+      for (; r + 4 <= R; r += 4)
+        for (let m = 0; m < M; m++)
+          sums[m] = sums[m] + dy[r * M + m] + dy[(r + 1) * M + m] + dy[(r + 2) * M + m] + dy[(r + 3) * M + m];
+      for (; r < R; r++) for (let m = 0; m < M; m++) sums[m] += dy[r * M + m];
+      const wantDb = db.map((v: number, m: number) => v + sums[m]);
+      mm.linearGradBias(dy, R, M, db);
+      same(db, wantDb);
+      const served = permuteWasm(
+        [
+          {
+            from: { data: x, off: 0, strides: [B * C * D, C * D, D] },
+            to: { data: new Float32Array(x.length), off: 0, strides: [C * B * D, D, B * D] },
+          },
+        ],
+        [A, B, C, D],
+        false,
+      );
+      return { served, differ };
+    });
+    expect(result.served).toBe(true);
+    expect(result.differ).toBe(0);
+  });
+
   it("runs training's WASM element-wise ops (cross-entropy, GELU, LayerNorm), float32 within their error bounds of float64", async () => {
     const { page } = await open(await serve(false));
     const result = await page.evaluate(async () => {
