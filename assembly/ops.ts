@@ -318,8 +318,8 @@ export function permuteRuns(
 /**
  * Column sums of x [rows, M] (float32) added into sums [M] (float64): four rows a sweep, each column's
  * sum taking them in row order (s + x0 + x1 + x2 + x3, left to right), then the last rows one at a time:
- * the float64 additions of src/kernels/matmul.ts linearGradBias's JS loop, in its order, so the sums are
- * its bit for bit when the caller's chunks of rows start at multiples of 4.
+ * the float64 additions of src/kernels/matmul.ts linearGradBias's JS loop, one row after another, so the
+ * sums are its bit for bit however the caller chunks the rows.
  */
 export function colSums(x: usize, rows: i32, M: i32, sums: usize): void {
   const rowBytes = <usize>M << 2;

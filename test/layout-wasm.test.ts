@@ -10,11 +10,14 @@ import { describe, expect, it } from 'vitest';
 import {
   headsToPackedAccumulate,
   headsToPackedAccumulateParts,
+  headsToPackedJob,
   linearGradBias,
   packedToHeads,
+  packedToHeadsJob,
   packedToHeadsParts,
   swapMiddle,
   swapMiddleAccumulate,
+  swapMiddleJob,
   WASM_LAYOUT_MIN,
 } from '../src/kernels/matmul.js';
 import { colSumsWasm, permuteWasm } from '../src/kernels/ops-wasm.js';
@@ -32,6 +35,30 @@ function floats(gen: Generator, n: number, hostile = false): Float32Array {
     a[i] = hostile && gen.random() < 0.05 ? odd[Math.floor(gen.random() * odd.length)] : gen.random() * 8 - 4;
   }
   return a;
+}
+
+/**
+ * dy [N, M] whose every column mixes pairs ±v of magnitude up to 1e20 with values in [−1, 1], in shuffled
+ * rows: a small value added while the partial sum is large is lost to float64 rounding, so the column sums
+ * depend on the order of the additions (a chunk of rows skipped, repeated or summed out of turn changes bits).
+ */
+function cancelling(gen: Generator, N: number, M: number): Float32Array {
+  const dy = new Float32Array(N * M);
+  for (let m = 0; m < M; m++) {
+    const col: number[] = [];
+    while (col.length + 2 <= N) {
+      const v = Math.fround((gen.random() * 2 - 1) * 1e20);
+      col.push(v, -v);
+      if (col.length < N) col.push(gen.random() * 2 - 1);
+    }
+    while (col.length < N) col.push(gen.random() * 2 - 1);
+    for (let i = col.length - 1; i > 0; i--) {
+      const j = Math.floor(gen.random() * (i + 1));
+      [col[i], col[j]] = [col[j], col[i]];
+    }
+    for (let n = 0; n < N; n++) dy[n * M + m] = col[n];
+  }
+  return dy;
 }
 
 function expectSame(label: string, got: ArrayLike<number>, want: ArrayLike<number>): void {
@@ -125,13 +152,13 @@ describe.skipIf(!wasm)('layout moves in WASM (permuteWasm)', () => {
 
   it("swapMiddle and swapMiddleAccumulate take it above WASM_LAYOUT_MIN and give the loops' results", () => {
     const gen = new Generator(2);
-    // [16, 128, 4, 32] is T1's heads; [1, 1024, 8, 64] P2's; [3, 65, 17, 17] odd; [9, 256, 8, 64] more
-    // than the scratch holds at once (groups of 8 slices, then 1).
+    // [16, 128, 4, 32] is T1's heads; [1, 1024, 8, 64] P2's; [3, 65, 17, 17] odd; [30, 256, 8, 64] more
+    // than the scratch holds at once (two passes: 24 slices, then 6).
     for (const [A, B, C, D] of [
       [16, 128, 4, 32],
       [1, 1024, 8, 64],
       [3, 65, 17, 17],
-      [9, 256, 8, 64],
+      [30, 256, 8, 64],
     ]) {
       const x = floats(gen, A * B * C * D, true);
       expect(x.length).toBeGreaterThanOrEqual(WASM_LAYOUT_MIN);
@@ -155,7 +182,7 @@ describe.skipIf(!wasm)('layout moves in WASM (permuteWasm)', () => {
       [16, 128, 4, 32],
       [1, 65, 2, 17],
       [3, 129, 5, 1],
-      [3, 1024, 4, 64], // a packed slice of 786 K floats: one slice per staged group
+      [3, 1024, 4, 64], // P2-sized rows: a packed slice of 786 K floats
     ]) {
       const P = 3;
       const x = floats(gen, N * L * P * H * E, true);
@@ -195,8 +222,8 @@ describe.skipIf(!wasm)('layout moves in WASM (permuteWasm)', () => {
   });
 
   it('refuses a slice larger than its scratch without writing, and the JS loop still gives the answer', () => {
-    // One slice of 2 · 1024 · 1024 floats: more than the 4 MB a staged span may take.
-    const [A, B, C, D] = [1, 2048, 2, 512];
+    // One slice of 4 M floats, in and out: more than the 24 MB a call may stage.
+    const [A, B, C, D] = [1, 4096, 2, 512];
     const x = floats(new Generator(4), A * B * C * D);
     const y = new Float32Array(x.length).fill(9);
     const job = {
@@ -208,6 +235,51 @@ describe.skipIf(!wasm)('layout moves in WASM (permuteWasm)', () => {
     const want = new Float32Array(x.length);
     swapRef(x, A, B, C, D, want, false);
     expectSame('swapMiddle (JS loop)', swapMiddle(x, A, B, C, D), want);
+  });
+
+  it("serves matmul's jobs (what swapMiddle and the packed moves hand it) at T1's and P2's sizes", () => {
+    const gen = new Generator(6);
+    for (const [A, B, C, D] of [
+      [16, 128, 4, 32],
+      [1, 1024, 8, 64],
+    ]) {
+      const x = floats(gen, A * B * C * D, true);
+      const want = new Float32Array(x.length);
+      swapRef(x, A, B, C, D, want, false);
+      const got = new Float32Array(x.length);
+      expect(permuteWasm([swapMiddleJob(x, B, C, D, got)], [A, B, C, D], false)).toBe(true);
+      expectSame('swapMiddleJob', got, want);
+    }
+    for (const [N, L, H, E] of [
+      [16, 128, 4, 32],
+      [1, 1024, 8, 64],
+    ]) {
+      const x = floats(gen, N * L * 3 * H * E, true);
+      const n = N * H * L * E;
+      const outs = [0, 1, 2].map(() => new Float32Array(n));
+      const jobs = outs.map((y, part) => packedToHeadsJob(x, L, 3, part, H, E, y));
+      expect(permuteWasm(jobs, [N, L, H, E], false)).toBe(true);
+      const gs = [0, 1, 2].map(() => floats(gen, n, true));
+      const dst = floats(gen, x.length, true);
+      const want = dst.slice();
+      for (let part = 0; part < 3; part++) {
+        const h = new Float32Array(n);
+        packedRef(x, N, L, 3, part, H, E, h, true);
+        expectSame(`packedToHeadsJob part ${part}`, outs[part], h);
+        packedRef(want, N, L, 3, part, H, E, gs[part], false);
+      }
+      const back = gs.map((g, part) => headsToPackedJob(g, L, 3, part, H, E, dst));
+      expect(permuteWasm(back, [N, H, L, E], true)).toBe(true);
+      expectSame('headsToPackedJob', dst, want);
+    }
+  });
+
+  it('refuses an array shorter than its runs reach, before writing anything', () => {
+    const [A, B, C, D] = [30, 256, 8, 64]; // two passes: the second would run past dst's end
+    const x = floats(new Generator(7), A * B * C * D);
+    const dst = new Float32Array(x.length - 1).fill(3);
+    expect(permuteWasm([swapMiddleJob(x, B, C, D, dst)], [A, B, C, D], true)).toBe(false);
+    expect(dst.every((v) => v === 3)).toBe(true);
   });
 
   it('does not serve float64 arrays (gradient checks keep their loops)', () => {
@@ -223,17 +295,26 @@ describe.skipIf(!wasm)('layout moves in WASM (permuteWasm)', () => {
 describe.skipIf(!wasm)("linear's bias gradient in WASM (colSumsWasm)", () => {
   it('adds the float64 column sums of the JS loop, bit for bit, across chunks and ragged rows', () => {
     const gen = new Generator(5);
-    // M = 17 with 4001 rows crosses the 64 K-float chunk; M = 65 537 takes chunks of 4 rows.
+    // Columns whose float64 sums depend on the order of their additions (see `cancelling`). M = 17 with
+    // 4001 rows crosses the 64 K-float chunk (3852 rows) and ends on a ragged row; M = 65 537 takes
+    // chunks of 4 rows.
     for (const [N, M] of [
       ...SIZES.map((n) => [n, SIZES[(n * 7) % SIZES.length]]),
       [4001, 17],
+      [4003, 3],
       [9, 65537],
       [2048, 512],
     ]) {
-      const dy = floats(gen, N * M, true);
+      const dy = cancelling(gen, N, M);
       const db = floats(gen, M);
       const want = db.slice();
       colSumsRef(dy, N, M, want);
+      // The order matters with these columns: the rows summed in reverse give other bits somewhere.
+      const reversed = new Float32Array(dy.length);
+      for (let n = 0; n < N; n++) reversed.set(dy.subarray(n * M, (n + 1) * M), (N - 1 - n) * M);
+      const other = db.slice();
+      colSumsRef(reversed, N, M, other);
+      if (N >= 129) expect(other.some((v, m) => !Object.is(v, want[m]))).toBe(true);
       const got = db.slice();
       expect(colSumsWasm(dy, N, M, got)).toBe(true);
       expectSame(`colSums [${N}, ${M}]`, got, want);
@@ -241,6 +322,25 @@ describe.skipIf(!wasm)("linear's bias gradient in WASM (colSumsWasm)", () => {
       linearGradBias(dy, N, M, viaLinear);
       expectSame(`linearGradBias [${N}, ${M}]`, viaLinear, want);
     }
+    // Hostile values land where the loop puts them: a NaN column, a +∞ column, a −∞ + ∞ column.
+    const [N, M] = [4001, 5];
+    const dy = cancelling(gen, N, M);
+    dy[7 * M + 1] = Number.NaN;
+    dy[100 * M + 2] = Number.POSITIVE_INFINITY;
+    dy[3 * M + 3] = Number.POSITIVE_INFINITY;
+    dy[4000 * M + 3] = Number.NEGATIVE_INFINITY;
+    const want = new Float32Array(M);
+    colSumsRef(dy, N, M, want);
+    const got = new Float32Array(M);
+    expect(colSumsWasm(dy, N, M, got)).toBe(true);
+    expectSame('colSums hostile', got, want);
+    expect([Number.isFinite(got[0]), got[1], got[2], got[3], Number.isFinite(got[4])]).toEqual([
+      true,
+      Number.NaN,
+      Number.POSITIVE_INFINITY,
+      Number.NaN,
+      true,
+    ]);
   });
 
   it('leaves float64 gradients to the JS loop', () => {

@@ -20,8 +20,14 @@ const side = (data: Floats, off: number, sa: number, sb: number, sc: number): La
   strides: [sa, sb, sc],
 });
 
+/** swapMiddle as a permuteWasm job over [A, B, C, D]: x [A, B, C, D] → y [A, C, B, D]. */
+export const swapMiddleJob = (x: Floats, B: number, C: number, D: number, y: Floats) => ({
+  from: side(x, 0, B * C * D, C * D, D),
+  to: side(y, 0, C * B * D, D, B * D),
+});
+
 /** packedToHeads of one part as a permuteWasm job over [N, L, H, E]. */
-const packedToHeadsJob = (
+export const packedToHeadsJob = (
   x: Floats,
   L: number,
   P: number,
@@ -35,7 +41,7 @@ const packedToHeadsJob = (
 });
 
 /** headsToPackedAccumulate of one part as a permuteWasm job over [N, H, L, E]. */
-const headsToPackedJob = (
+export const headsToPackedJob = (
   g: Floats,
   L: number,
   P: number,
@@ -219,14 +225,7 @@ export function swapMiddle<T extends Float32Array | Float64Array>(
     return y;
   }
   const step = B * D; // from one c to the next in y
-  if (
-    x.length >= WASM_LAYOUT_MIN &&
-    permuteWasm(
-      [{ from: side(x, 0, B * C * D, C * D, D), to: side(y, 0, C * step, D, step) }],
-      [A, B, C, D],
-      false,
-    )
-  ) {
+  if (x.length >= WASM_LAYOUT_MIN && permuteWasm([swapMiddleJob(x, B, C, D, y)], [A, B, C, D], false)) {
     return y;
   }
   let from = 0;
@@ -260,14 +259,7 @@ export function swapMiddleAccumulate(
     return;
   }
   const step = B * D;
-  if (
-    x.length >= WASM_LAYOUT_MIN &&
-    permuteWasm(
-      [{ from: side(x, 0, B * C * D, C * D, D), to: side(dst, 0, C * step, D, step) }],
-      [A, B, C, D],
-      true,
-    )
-  ) {
+  if (x.length >= WASM_LAYOUT_MIN && permuteWasm([swapMiddleJob(x, B, C, D, dst)], [A, B, C, D], true)) {
     return;
   }
   let from = 0;

@@ -339,8 +339,11 @@ export function layerNormBackwardWasm(
   });
 }
 
-/** Most floats of one array's span that a permuteWasm call stages at once (4 MB). */
-const LAYOUT_FLOATS = 1 << 20;
+/**
+ * Most floats a permuteWasm call stages at once, over all its arrays (24 MB): P2's packed q | k | v
+ * [1, 1024, 1536] and its three heads' arrays fit in one pass.
+ */
+const LAYOUT_FLOATS = 6 << 20;
 
 /** One side of a layout move: element (a, b, c, d) is data[off + a·strides[0] + b·strides[1] + c·strides[2] + d]. */
 export interface LayoutSide {
@@ -355,8 +358,8 @@ export interface LayoutSide {
  * array with the same strides (the three parts of packed q | k | v) are staged as one span. Each group of
  * slices a goes through the scratch as straight copies of the span each array covers (a written array's
  * span copied in first unless its runs fill it: what no run writes goes back as it came) and one
- * permuteRuns call per job. False (nothing written) if WASM cannot serve or a slice's span is more than
- * LAYOUT_FLOATS: the caller's JS loop then runs. The jobs must not write what another job reads.
+ * permuteRuns call per job. False (nothing written) if WASM cannot serve or one slice's spans add up to
+ * more than LAYOUT_FLOATS: the caller's JS loop then runs. The jobs must not write what another job reads.
  */
 export function permuteWasm(
   jobs: readonly { from: LayoutSide; to: LayoutSide }[],
@@ -385,10 +388,14 @@ export function permuteWasm(
   };
   const pairs = jobs.map((j) => ({ job: j, from: stage(j.from, false), to: stage(j.to, true) }));
   const extent = (s: Staged, n: number) => s.hi - s.lo + span(s.strides, n);
-  if (staged.some((s) => extent(s, 1) > LAYOUT_FLOATS)) return false;
-  const slicesFitting = (s: Staged) =>
-    s.strides[0] === 0 ? A : Math.floor((LAYOUT_FLOATS - extent(s, 1)) / s.strides[0]) + 1;
-  const na = Math.max(1, Math.min(A, ...staged.map(slicesFitting)));
+  const total = (n: number) => staged.reduce((sum, s) => sum + extent(s, n), 0);
+  if (total(1) > LAYOUT_FLOATS) return false;
+  // An array shorter than its runs reach: refuse before anything is written (a RangeError half-way
+  // through would leave some slices moved and the caller's loop would move them again).
+  if (staged.some((s) => s.lo < 0 || s.lo + extent(s, A) > s.data.length)) return false;
+  // total(n) = total(1) + (n − 1)·Σ strides[0]: the most slices a pass can take.
+  const perSlice = staged.reduce((sum, s) => sum + s.strides[0], 0);
+  const na = perSlice === 0 ? A : Math.min(A, Math.floor((LAYOUT_FLOATS - total(1)) / perSlice) + 1);
   const bytes = staged.map((s) => align(extent(s, na) * 4));
   // Whether a written array's runs fill its span (then it need not be copied in).
   const filled = (s: Staged, n: number) =>
@@ -430,7 +437,8 @@ export function permuteWasm(
 
 /**
  * db[M] += the column sums of dy [N, M], summed in float64 exactly as linearGradBias's JS loop sums them
- * (four rows a sweep, chunks of rows starting at multiples of 4), so the result is that loop's bit for bit.
+ * (each column's rows added one after the other, in row order, whatever the chunks), so the result is that
+ * loop's bit for bit.
  * False (db untouched) if WASM cannot serve.
  */
 export function colSumsWasm(dy: Floats, N: number, M: number, db: Floats): boolean {

@@ -317,10 +317,18 @@ describe('the library in Chromium', () => {
       }
       mm.headsToPackedAccumulateParts(gs, N, L, 3, H, E, dst);
       same(dst, wantDst);
-      // linear's bias gradient: float64 column sums, four rows a sweep, in row order.
+      // linear's bias gradient: float64 column sums, in row order. Each column repeats v, −v (|v| up to
+      // 4e19), w (|w| ≤ 4): a w added before the next v is lost to rounding, so the sums depend on the
+      // order of the additions.
       const [R, M] = [4001, 17];
-      const dy = rand(R * M);
-      const db = rand(M);
+      const big = rand(R * M);
+      const dy = Float32Array.from({ length: R * M }, (_, i) => {
+        const r = Math.floor(i / M);
+        const v = big[(r - (r % 3)) * M + (i % M)];
+        const w = Number.isNaN(v) ? 1 : v;
+        return r % 3 === 2 ? w : r % 3 === 1 ? -w * 1e19 : w * 1e19;
+      });
+      const db = rand(M).map((v: number) => (Number.isNaN(v) ? 0.5 : v));
       const sums = new Float64Array(M);
       let r = 0;
       for (; r + 4 <= R; r += 4)
