@@ -34,7 +34,7 @@ import { checkOptionNames, formatValue, sizeOf } from './shape.js';
 import { type DType, Tensor, type TensorLike } from './tensor.js';
 import { browserPlatform } from './threads/browser.js';
 import type { Platform } from './threads/pool.js';
-import { HEADER_BYTES, type JobArgs } from './threads/protocol.js';
+import { HEADER_BYTES, type JobArgs, projGroup } from './threads/protocol.js';
 import { ThreadRunner } from './threads/runner.js';
 
 export type { Platform as ThreadPlatform, PoolWorker as ThreadWorker } from './threads/pool.js';
@@ -352,6 +352,18 @@ async function gemmOnThreads(
   }
 }
 
+/** Columns (heads × width) a projection task of a multi-head job aims at. */
+const PROJ_TASK_COLUMNS = 256;
+/** Query rows from which a multi-head job splits each pair's attention into two tasks. */
+const ATTENTION_SPLIT_ROWS = 256;
+
+/** Rows per attention task of a multi-head job: L, or half of it rounded up to a multiple of 4. */
+function attentionBlockRows(L: number): number {
+  if (L < ATTENTION_SPLIT_ROWS) return L;
+  const rows = Math.ceil(L / 8) * 4;
+  return L - rows > 4 ? rows : L;
+}
+
 /**
  * A multi-head forward as one job (JobArgs['mha.forward']): the caller's thread copies x and the weights
  * in and the output out, and waits; the head split, the attention and the merge never cross back. The
@@ -382,15 +394,29 @@ async function multiHeadOnThreads(
     heads,
     width,
   }));
-  // One attention task per (batch, head) pair, all its rows: the WASM kernel's rows past the last
-  // 4-row tile come out different in the last bit when a call covers only them (L = 130 split at 128
-  // does), and forward runs each pair whole. Out-projection blocks as the GEMM job cuts them (two per
+  // Attention tasks: each (batch, head) pair's rows in two blocks from ATTENTION_SPLIT_ROWS rows on (the
+  // out-projection of the first block's rows starts while the second block attends), else whole. A
+  // block starts at a multiple of 4 and has more than 4 rows, so its rows are computed in the same 4-row
+  // tiles as forward's whole-pair call, with the same bits (a call of at most 4 rows takes the decode
+  // path, whose sums differ in the last bit). Out-projection blocks as the GEMM job cuts them (two per
   // thread).
-  const attentionRows = p.L;
+  const attentionRows = attentionBlockRows(p.L);
   const outRows = Math.max(32, Math.ceil((p.B * p.L) / (2 * threads) / 32) * 32);
-  const tasks =
-    p.Hq + 2 * p.Hkv + p.B * p.Hq * Math.ceil(p.L / attentionRows) + Math.ceil((p.B * p.L) / outRows);
-  const scratchFloats = Math.min(outRows, p.B * p.L) * p.Hq * p.Ev;
+  // Projection tasks of several heads each, about PROJ_TASK_COLUMNS columns: a task stages and packs
+  // all of x's rows, so one head a task (64 columns at P2's size) spent a sixth of it on that.
+  const projHeads = Math.max(1, Math.floor(PROJ_TASK_COLUMNS / Math.max(p.E, p.Ev, 1)));
+  const projTasks = call.projections.reduce(
+    (n, { heads }) => n + Math.ceil(heads / projGroup(projHeads, heads)),
+    0,
+  );
+  const tasks = projTasks + p.B * p.Hq * Math.ceil(p.L / attentionRows) + Math.ceil((p.B * p.L) / outRows);
+  // Each worker's scratch: an out-projection block's gathered rows, or a projection task's columns.
+  const projFloats = Math.max(
+    ...call.projections.map(
+      ({ problem: g, heads, width }) => (g.M / p.B) * projGroup(projHeads, heads) * width,
+    ),
+  );
+  const scratchFloats = Math.max(Math.min(outRows, p.B * p.L) * p.Hq * p.Ev, projFloats);
   const D = call.outWeight.length / (p.Hq * p.Ev);
   const { q: _q, k: _k, v: _v, ...rest } = problemFor(kernel, p);
   const problem = { ...layout.place(rest, 'copy', 'plan.problem'), q: dsts[0], k: dsts[1], v: dsts[2] };
@@ -407,6 +433,7 @@ async function multiHeadOnThreads(
     problem: problem as Packed<JobArgs['mha.forward']['problem']>,
     outputs: packedOutputs,
     rowsPerTask: attentionRows,
+    projHeads,
     outProj: {
       weight: layout.place(call.outWeight, 'copy', 'outWeight'),
       bias: call.outBias && layout.place(call.outBias, 'copy', 'outBias'),

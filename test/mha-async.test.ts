@@ -58,6 +58,15 @@ const cases = [
     options: { mask: 'padding' },
   },
   {
+    // L ≥ 256: each pair's attention runs as two row blocks (152 and 149 rows), the causal band
+    // classified per block rather than per pair; projection tasks of 4 heads (2 for q, 1 each for k, v).
+    name: 'causal, GQA, L = 301 in two row blocks',
+    layer: { embedDim: 512, numHeads: 8, numKvHeads: 4 },
+    L: 301,
+    S: 301,
+    options: { causal: true },
+  },
+  {
     name: 'a window and a bias, bottom-right causal',
     layer: { embedDim: 32, numHeads: 4 },
     L: 65,
@@ -111,6 +120,19 @@ describe('MultiHeadAttention.forwardAsync', () => {
     expect((jobs[0] as { args: { proj: unknown[] } }).args.proj).toHaveLength(3);
   });
 
+  it("splits a long call into row blocks and projection tasks of several heads, with forward's bits", async () => {
+    const { platform, jobs } = inlinePlatform(2);
+    const runtime = qkv.createRuntime({ platform });
+    const mha = new MultiHeadAttention({ embedDim: 512, numHeads: 8, seed: 1 });
+    const x = Tensor.randn([1, 301, 512], { seed: 2 });
+    const got = await mha.forwardAsync(x, x, x, { runtime, threads: 2, causal: true });
+    expect(got.output.data).toEqual(mha.forward(x, x, x, { causal: true }).output.data);
+    const { args, tasks } = jobs[0] as { args: { rowsPerTask: number; projHeads: number }; tasks: number };
+    expect([args.rowsPerTask, args.projHeads]).toEqual([152, 4]);
+    // 6 projection tasks (2 per part), 8 heads × 2 row blocks, and the out-projection's blocks.
+    expect(tasks).toBe(6 + 16 + Math.ceil(301 / 96));
+  });
+
   it('with a KV cache it runs in steps (projection, attention, out-projection jobs), as before', async () => {
     const { platform, jobs } = inlinePlatform(2);
     const runtime = qkv.createRuntime({ platform });
@@ -154,6 +176,42 @@ describe('MultiHeadAttention.forwardAsync', () => {
     // Out-projection rows [96, 192) span both batches: every head of both.
     const out = tasks.filter((t) => t.kind === 'out');
     expect(out.map((t) => t.deps.length)).toEqual([6, 12, 6]);
+  });
+
+  it('groups heads into projection tasks and orders row blocks block by block, every task after its reads', () => {
+    // 8 query heads over 4 key/value heads, 3 heads a projection task; each pair's rows in 2 blocks.
+    const tasks = core.multiHeadTasks({
+      proj: [{ problem: { M: 600 } }, { problem: { M: 600 } }, { problem: { M: 600 } }],
+      problem: { B: 2, Hq: 8, Hkv: 4, L: 300 },
+      rowsPerTask: 152,
+      outProj: { rowsPerTask: 256 },
+      projHeads: 3,
+    }) as { kind: string; index: number; heads?: number; deps: number[] }[];
+    const proj = tasks.filter((t) => t.kind === 'proj');
+    // q: heads 0–2, 3–5, 6–7; k and v: 0–2, 3.
+    expect(proj.map((t) => [Math.floor(t.index / 8), t.index % 8, t.heads])).toEqual([
+      [1, 0, 3],
+      [2, 0, 3],
+      [0, 0, 3],
+      [0, 3, 3],
+      [1, 3, 1],
+      [2, 3, 1],
+      [0, 6, 2],
+    ]);
+    tasks.forEach((t, i) => {
+      for (const d of t.deps) expect(d).toBeLessThan(i);
+    });
+    // Head 7's attention waits for q heads 6–7, and k, v head 3 (7 / 2).
+    const a7 = tasks.find((t) => t.kind === 'attention' && t.index === 7 * 2)!;
+    expect(a7.deps.map((d) => tasks[d].index).sort((x, y) => x - y)).toEqual([6, 8 + 3, 16 + 3]);
+    // Every pair's first block (index even) comes before any second block.
+    const attention = tasks.filter((t) => t.kind === 'attention').map((t) => t.index % 2);
+    expect(attention).toEqual([...Array(16).fill(0), ...Array(16).fill(1)]);
+    // Out rows [0, 256) lie in batch 0's first block and second block (rows 152–255): 8 heads × 2.
+    const out = tasks.filter((t) => t.kind === 'out');
+    expect(out[0].deps.map((d) => tasks[d].index).sort((x, y) => x - y)).toEqual(
+      Array.from({ length: 16 }, (_, i) => i),
+    );
   });
 
   it('sees weights changed between two calls: setters, in-place writes, loadStateDict', async () => {

@@ -35,13 +35,14 @@ export interface JobArgs {
    */
   gemm: { parts: { problem: GemmProblem; c: Float32Array; rowsPerTask: number }[] };
   /**
-   * A whole MultiHeadAttention forward as one job: one task per head of each in-projection (its columns
-   * of x·Wᵀ + b, written straight into the heads' layout [B, heads, rows, width] of `dst`), then the
+   * A whole MultiHeadAttention forward as one job: one task per `projHeads` heads of each in-projection
+   * (their columns of x·Wᵀ + b, written into the heads' layout [B, heads, rows, width] of `dst`), then the
    * attention's (pair, row block) tasks over `problem`, whose q, k, v are the `dst`s, then row blocks of
    * out·Woᵀ + bo (each gathering its rows of the heads' output into its worker's `scratch` row first).
    * A task waits only for the tasks it reads (`finished`: one flag per task, in multiHeadTasks' order), so
    * a head's attention starts once its own projections are done. Each product is the one `forward`
-   * makes, so the result is the same bits. `scratch` is one row of `scratchFloats` per worker (its ticket).
+   * makes, so the result is the same bits. `scratch` is one row of `scratchFloats` per worker (its ticket):
+   * a projection task's [rows, heads·width] before they move to the heads' layout, or an out block's rows.
    */
   'mha.forward': {
     gemmKernel: string;
@@ -57,6 +58,8 @@ export interface JobArgs {
     problem: AttentionProblem;
     outputs: AttentionOutputs;
     rowsPerTask: number;
+    /** Heads per projection task (projGroup caps it at each part's heads). */
+    projHeads: number;
     outProj: {
       weight: Float32Array;
       bias?: Float32Array;
@@ -73,6 +76,9 @@ export interface JobArgs {
 }
 
 export type Op = keyof JobArgs;
+
+/** Heads one projection task of a part with `heads` heads covers: projHeads, at most the part's heads. */
+export const projGroup = (projHeads: number, heads: number) => Math.max(1, Math.min(projHeads, heads));
 
 /** Int32 slots at the start of every job's buffer. */
 export const HEADER = {

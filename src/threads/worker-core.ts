@@ -5,11 +5,19 @@
 
 import { chooseGemmKernel, type GemmKernelName } from '../kernels/gemm.js';
 import type { GemmKernel, GemmProblem } from '../kernels/gemm-types.js';
-import { linearProblem } from '../kernels/matmul.js';
+import { linearProblem, swapMiddle } from '../kernels/matmul.js';
 import { kernelByName } from '../kernels/registry.js';
 import { revive } from '../kernels/transfer.js';
 import { type AttentionKernel, KernelResourceError, rowRunner } from '../kernels/types.js';
-import { type FromWorker, HEADER, type Job, type JobArgs, type Op, type ToWorker } from './protocol.js';
+import {
+  type FromWorker,
+  HEADER,
+  type Job,
+  type JobArgs,
+  type Op,
+  projGroup,
+  type ToWorker,
+} from './protocol.js';
 
 /** Runs one worker's share of a job: `next()` claims a task (−1 when none is left), `ticket` is 0, 1, … */
 type Runner<O extends Op> = (job: Job<O>, args: JobArgs[O], next: () => number, ticket: number) => void;
@@ -96,39 +104,61 @@ function gemmRows(
   }
 }
 
+/** A multi-head job's task: its kind, its index within the kind, the tasks it waits for. */
+export interface MultiHeadTask {
+  kind: 'proj' | 'attention' | 'out';
+  /** proj: part · Hq + first head; attention: pair · blocks + block; out: row block. */
+  index: number;
+  /** proj: how many heads from the first (consecutive), each `width` columns of the projection. */
+  heads?: number;
+  deps: number[];
+}
+
 /**
  * The tasks of a multi-head job in claiming order and what each waits for (see JobArgs['mha.forward']):
- * per key/value head j its k and v projections, then the projections of the query heads that share it;
- * each (batch, head) pair's attention row blocks, heads in order; the out-projection's row blocks.
+ * per key/value head j the k and v projection tasks that hold it, then those of the query heads that
+ * share it; the attention's row blocks, block by block, each over every (batch, head) pair in order; the
+ * out-projection's row blocks. A projection task covers `projHeads` consecutive heads of its part
+ * (default 1).
  */
 export function multiHeadTasks(args: {
   proj: readonly { problem: { M: number }; heads: number }[];
   problem: { B: number; Hq: number; Hkv: number; L: number };
   rowsPerTask: number;
   outProj: { rowsPerTask: number };
-}): { kind: 'proj' | 'attention' | 'out'; index: number; deps: number[] }[] {
+  projHeads?: number;
+}): MultiHeadTask[] {
   const { B, Hq, Hkv, L } = args.problem;
   const group = Hq / Hkv;
-  const tasks: { kind: 'proj' | 'attention' | 'out'; index: number; deps: number[] }[] = [];
-  // Projection tasks: index = part · Hq + head (part 0 q, 1 k, 2 v).
+  const tasks: MultiHeadTask[] = [];
+  // Projection tasks: index = part · Hq + first head (part 0 q, 1 k, 2 v); projTask maps every head.
   const projTask = new Map<number, number>();
   const addProj = (part: number, head: number) => {
-    projTask.set(part * Hq + head, tasks.length);
-    tasks.push({ kind: 'proj', index: part * Hq + head, deps: [] });
+    if (projTask.has(part * Hq + head)) return;
+    const heads = part === 0 ? Hq : Hkv;
+    const g = projGroup(args.projHeads ?? 1, heads);
+    const first = Math.floor(head / g) * g;
+    const n = Math.min(g, heads - first);
+    for (let h = first; h < first + n; h++) projTask.set(part * Hq + h, tasks.length);
+    tasks.push({ kind: 'proj', index: part * Hq + first, heads: n, deps: [] });
   };
   for (let j = 0; j < Hkv; j++) {
     addProj(1, j);
     addProj(2, j);
     for (let h = j * group; h < (j + 1) * group; h++) addProj(0, h);
   }
+  // Attention tasks block by block (every pair's first rows, then the next): the out-projection of the
+  // first rows waits only for the first block of each pair.
   const blocks = Math.ceil(L / args.rowsPerTask);
-  const firstAttention = tasks.length;
-  for (let bh = 0; bh < B * Hq; bh++) {
-    const h = bh % Hq;
-    const j = Math.floor(h / group);
-    const deps = [projTask.get(h)!, projTask.get(Hq + j)!, projTask.get(2 * Hq + j)!];
-    for (let block = 0; block < blocks; block++)
+  const attentionTask = new Map<number, number>(); // index → position in `tasks`
+  for (let block = 0; block < blocks; block++) {
+    for (let bh = 0; bh < B * Hq; bh++) {
+      const h = bh % Hq;
+      const j = Math.floor(h / group);
+      const deps = [projTask.get(h)!, projTask.get(Hq + j)!, projTask.get(2 * Hq + j)!];
+      attentionTask.set(bh * blocks + block, tasks.length);
       tasks.push({ kind: 'attention', index: bh * blocks + block, deps });
+    }
   }
   const rows = args.outProj.rowsPerTask;
   for (let m0 = 0, index = 0; m0 < B * L; m0 += rows, index++) {
@@ -143,7 +173,7 @@ export function multiHeadTasks(args: {
           block <= Math.floor(l1 / args.rowsPerTask);
           block++
         ) {
-          deps.push(firstAttention + (b * Hq + h) * blocks + block);
+          deps.push(attentionTask.get((b * Hq + h) * blocks + block)!);
         }
       }
     }
@@ -189,24 +219,33 @@ function mhaForward(
       const task = tasks[t];
       if (!task.deps.every(waitFor)) break;
       if (task.kind === 'proj') {
-        // One head of one in-projection, for every batch: its columns of x·Wᵀ + b (the weight's rows of
-        // that head, as `linear` computes a block of rows of W) land as [rows, width], the head's place
-        // in [B, heads, rows, width].
+        // n consecutive heads of one in-projection, for every batch: their columns of x·Wᵀ + b (the
+        // weight's rows of those heads, as `linear` computes a block of rows of W), [rows, n·width], land
+        // in the heads' places in [B, heads, rows, width] (one head: straight there; more: through this
+        // worker's scratch, then swapMiddle's [rows, n, width] → [n, rows, width], a copy).
         const part = proj[Math.floor(task.index / Hq)];
         const h = task.index % Hq;
+        const n = task.heads ?? 1;
         const { problem: p, heads, width } = part;
         const R = p.M / B;
         for (let b = 0; b < B; b++) {
           const sub: GemmProblem = {
             ...p,
             M: R,
-            N: width,
+            N: n * width,
             a: p.a.subarray(b * R * p.K, (b + 1) * R * p.K),
-            b: p.b.subarray(h * width * p.K, (h + 1) * width * p.K),
-            bias: p.bias?.subarray(h * width, (h + 1) * width),
+            b: p.b.subarray(h * width * p.K, (h + n) * width * p.K),
+            bias: p.bias?.subarray(h * width, (h + n) * width),
           };
           const at = (b * heads + h) * R * width;
-          product(sub, part.dst.subarray(at, at + R * width));
+          const dst = part.dst.subarray(at, at + n * R * width);
+          if (n === 1) {
+            product(sub, dst);
+          } else {
+            const c = scratch.subarray(0, R * n * width);
+            product(sub, c);
+            swapMiddle(c, 1, R, n, width, dst);
+          }
         }
       } else if (task.kind === 'attention') {
         // Made at the first attention task, once its projections are done: a kernel may read K and V then.
