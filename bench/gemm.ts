@@ -2,7 +2,9 @@
 // and tfjs-wasm's matMul, on the MHA projection and the training model's MLP shapes, forward and backward.
 // One decision to know: the machine is shared, so every row is checked first, then the implementations
 // are timed round-robin (interleaved) and medians reported, by wall clock and by this process's CPU time;
-// the relaxed-SIMD (FMA) rows run in a child process started with Node 20's flag.
+// the relaxed-SIMD (FMA) rows run in a child process started with Node 20's flag. It also measures the
+// core's SIMD128 arithmetic peak (a register-only loop, compiled here from AssemblyScript), the ceiling
+// any WASM kernel's GFLOP/s is read against: the plain build's multiply-then-add and the FMA build's.
 //
 //   npm run build && npx tsc -p bench/tsconfig.json && node bench/dist/gemm.js [--rounds 15] [--quick]
 
@@ -190,6 +192,64 @@ async function tfjsImpl(): Promise<Impl | undefined> {
 
 const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)];
 
+// Independent chains c = c·a + b of 4 lanes, all in registers, nothing loaded: `peak8` and `peak12` (8 or
+// 12 chains, enough to cover a multiply-add's latency on both SIMD ports; which runs faster depends on the
+// core and the build, so both are timed and the faster counts).
+function peakFunction(chains: number): string {
+  const c = Array.from({ length: chains }, (_, i) => `c${i}`);
+  const init = c.map((v, i) => `let ${v} = f32x4.splat(${(0.1 + 0.05 * i).toFixed(2)});`).join(' ');
+  const body = c.map((v) => `${v} = step(${v}, a, b);`).join(' ');
+  const sum = c.reduce((x, y) => `f32x4.add(${x}, ${y})`);
+  return `export function peak${chains}(n: i32, x: f32): f32 {
+  const a = f32x4.splat(x);
+  const b = f32x4.splat(<f32>1 - x);
+  ${init}
+  for (let i = 0; i < n; i++) { ${body} }
+  return f32x4.extract_lane(${sum}, 0);
+}`;
+}
+const PEAK_CHAINS = [8, 12];
+const PEAK_SOURCE = `@inline function step(c: v128, a: v128, b: v128): v128 {
+  if (ASC_FEATURE_RELAXED_SIMD) return f32x4.relaxed_madd(c, a, b);
+  return f32x4.add(f32x4.mul(c, a), b);
+}
+${PEAK_CHAINS.map(peakFunction).join('\n')}`;
+
+/**
+ * A probe of one core's SIMD128 peak: each call returns one GFLOP/s sample (the faster of the 8- and
+ * 12-chain loops, ~40 ms each), the plain build's multiply-then-add or, with `fma`, the relaxed build's
+ * fused multiply-add (which needs relaxed SIMD to validate). measure() takes a sample every round, beside
+ * the rows, so the peak is read under the same load as they are. undefined when it cannot be compiled.
+ */
+async function peakProbe(fma: boolean): Promise<(() => number) | undefined> {
+  try {
+    const { default: asc } = await import('assemblyscript/asc');
+    const features = fma ? ['simd', 'relaxed-simd'] : ['simd'];
+    const { binary, error } = await asc.compileString(PEAK_SOURCE, {
+      optimizeLevel: 3,
+      runtime: 'stub',
+      noAssert: true,
+      enable: features,
+    });
+    if (error || !binary) return undefined;
+    const instance = await WebAssembly.instantiate(new WebAssembly.Module(Uint8Array.from(binary)));
+    const loops = PEAK_CHAINS.map((chains) => {
+      const peak = instance.exports[`peak${chains}`] as (n: number, x: number) => number;
+      const time = (n: number) => {
+        const t0 = performance.now();
+        peak(n, 0.999);
+        return performance.now() - t0;
+      };
+      let n = 1 << 16; // doubled until a run takes 40 ms
+      while (n < 1 << 30 && time(n) < 40) n *= 2;
+      return () => (n * chains * 8) / time(n) / 1e6; // 4 lanes × (multiply + add)
+    });
+    return () => Math.max(...loops.map((sample) => sample()));
+  } catch {
+    return undefined;
+  }
+}
+
 interface Row {
   shape: string;
   impl: string;
@@ -198,9 +258,18 @@ interface Row {
   note?: string;
 }
 
-/** Checks every implementation on every shape, then times them round-robin. */
-function measure(impls: Impl[], rounds: number, shapes: Shape[]): Row[] {
+/**
+ * Checks every implementation on every shape, then times them round-robin; `probe` (peakProbe's), when
+ * given, is sampled once a round. Returns the rows and the median of the probe's samples.
+ */
+function measure(
+  impls: Impl[],
+  rounds: number,
+  shapes: Shape[],
+  probe?: () => number,
+): { rows: Row[]; peak?: number } {
   const rows: Row[] = [];
+  const peaks: number[] = [];
   for (const [n, s] of shapes.entries()) {
     const p = problemOf(s, 10 * n + 1);
     const flops = 2 * s.M * s.N * s.K;
@@ -246,6 +315,7 @@ function measure(impls: Impl[], rounds: number, shapes: Shape[]): Row[] {
         x.wall.push((performance.now() - t0) / x.reps);
         x.cpu.push((u.user + u.system) / 1000 / x.reps);
       }
+      if (probe) peaks.push(probe());
     }
     for (const x of live) {
       rows.push({
@@ -256,7 +326,7 @@ function measure(impls: Impl[], rounds: number, shapes: Shape[]): Row[] {
       });
     }
   }
-  return rows;
+  return { rows, peak: peaks.length ? median(peaks) : undefined };
 }
 
 const args = process.argv.slice(2);
@@ -265,19 +335,32 @@ const shapes = args.includes('--quick') ? SHAPES.filter((_, i) => i % 3 === 0) :
 
 if (args.includes('--child-fma')) {
   // The relaxed-SIMD build: only qkv's row, reported to the parent as JSON.
-  const rows = measure([{ ...qkvWasm, name: 'qkv wasm-fma' }], rounds, shapes);
-  console.log(JSON.stringify({ variant: runtime.wasmVariant, rows }));
+  const { rows, peak } = measure(
+    [{ ...qkvWasm, name: 'qkv wasm-fma' }],
+    rounds,
+    shapes,
+    await peakProbe(true),
+  );
+  console.log(JSON.stringify({ variant: runtime.wasmVariant, rows, fmaPeak: peak }));
 } else {
   const load0 = loadavg()
     .map((x) => x.toFixed(1))
     .join(' ');
   const tfjs = await tfjsImpl();
-  const rows = measure([qkvWasm, jsLoops, ...(tfjs ? [tfjs] : [])], rounds, shapes);
+  const { rows, peak: plainPeak } = measure(
+    [qkvWasm, jsLoops, ...(tfjs ? [tfjs] : [])],
+    rounds,
+    shapes,
+    await peakProbe(false),
+  );
   const self = fileURLToPath(import.meta.url);
   const child = spawnSync(process.execPath, [RELAXED_SIMD_FLAG, self, '--child-fma', ...args], {
     encoding: 'utf8',
   });
-  const fma = child.status === 0 ? (JSON.parse(child.stdout) as { variant: string; rows: Row[] }) : undefined;
+  const fma =
+    child.status === 0
+      ? (JSON.parse(child.stdout) as { variant: string; rows: Row[]; fmaPeak?: number })
+      : undefined;
   if (fma?.variant === 'relaxed-simd') rows.push(...fma.rows);
   const load1 = loadavg()
     .map((x) => x.toFixed(1))
@@ -287,7 +370,11 @@ if (args.includes('--child-fma')) {
     `GEMM, 1 thread, GFLOP/s (2·M·N·K / median time; wall clock | CPU time), ${rounds} interleaved rounds`,
   );
   console.log(
-    `qkv build ${runtime.wasmVariant}; FMA child: ${fma?.variant ?? child.stderr.trim()}; load ${load0} → ${load1}\n`,
+    `qkv build ${runtime.wasmVariant}; FMA child: ${fma?.variant ?? child.stderr.trim()}; load ${load0} → ${load1}`,
+  );
+  const gf = (x?: number) => (x === undefined ? 'not measured' : `${x.toFixed(1)} GFLOP/s`);
+  console.log(
+    `SIMD128 peak of one core (chains of c·a + b in registers, sampled every round beside the rows): plain multiply + add ${gf(plainPeak)}, FMA ${gf(fma?.fmaPeak)}\n`,
   );
   console.log(`| shape | M×N×K | ${impls.join(' | ')} | qkv ÷ JS | qkv ÷ tfjs |`);
   console.log(`| --- | --- |${impls.map(() => ' ---: |').join('')} ---: | ---: |`);
