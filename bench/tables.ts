@@ -76,6 +76,32 @@ function statusOf(result: TableResult & { timedOut?: boolean }): P2Row['status']
   return result.timedOut ? 'timeout' : result.status;
 }
 
+/**
+ * The order a round runs `rows` in (the tables print them in their own order): each qkv row next to the
+ * peer its target compares it with (`rank`: rows of equal rank keep their order; the peer's rank between
+ * its qkv rows' ranks), and every other round reversed, so a machine whose speed drifts during a round
+ * moves a row and its peer together, and a steady drift does not favour one side in every round.
+ */
+function roundOrder<R>(rows: R[], rank: (row: R) => number, round: number): R[] {
+  const order = rows
+    .map((row, i) => ({ row, key: rank(row), i }))
+    .sort((a, b) => a.key - b.key || a.i - b.i)
+    .map((x) => x.row);
+  return round % 2 ? order.reverse() : order;
+}
+
+/** P2: qkv sync, onnxruntime-web t1, qkv sync FMA; qkv async t2, onnxruntime-web t2, its FMA row; the rest. */
+const p2Rank = ({ impl }: P2Row) =>
+  impl.kind === 'qkv'
+    ? 10 * impl.threads + (impl.relaxed ? 2 : 0)
+    : impl.kind === 'ort-web'
+      ? 10 * impl.threads + 1
+      : 100;
+
+/** T1: qkv t1, tfjs-wasm t1 (every target's peer), qkv t1 FMA, then the 2-thread rows, then the rest. */
+const t1Rank = ({ impl }: T1Row) =>
+  impl.kind === 'qkv' ? 10 * impl.threads + (impl.relaxed ? 2 : 0) : impl.kind === 'tfjs-wasm' ? 11 : 100;
+
 /** Runs the P2 rows (those `selected` keeps) in TABLE_ROUNDS rounds; `relaxedRows` adds qkv's FMA rows (Node 20). */
 export async function runP2(ctx: TableContext, relaxedRows: boolean): Promise<P2Row[]> {
   const impls = p2Impls(relaxedRows).filter((impl) => ctx.selected(`P2 ${p2Name(impl)}`));
@@ -88,7 +114,7 @@ export async function runP2(ctx: TableContext, relaxedRows: boolean): Promise<P2
   }));
   const rounds = ctx.quick ? 1 : TABLE_ROUNDS;
   for (let round = 0; round < rounds; round++) {
-    for (const row of rows) {
+    for (const row of roundOrder(rows, p2Rank, round)) {
       if (row.status !== 'ok') continue; // failed, or not installed: not run again
       const { impl } = row;
       if (round === 0) row.loadAverage1m = loadavg()[0];
@@ -165,7 +191,8 @@ export async function runT1(ctx: TableContext, relaxedRows: boolean): Promise<T1
   const once = (impl: T1Impl) => impl.kind === 'tfjs-cpu' || (impl.kind === 'qkv' && impl.long === true);
   const rounds = ctx.quick ? 1 : TABLE_ROUNDS;
   for (let round = 0; round < rounds; round++) {
-    for (const row of rows.filter((r) => !once(r.impl))) await runT1Row(ctx, row, round, rounds);
+    const speedRows = rows.filter((r) => !once(r.impl));
+    for (const row of roundOrder(speedRows, t1Rank, round)) await runT1Row(ctx, row, round, rounds);
     if (round === 0) {
       for (const row of rows.filter((r) => r.impl.kind === 'tfjs-cpu')) await runT1Row(ctx, row, 0, 1);
     }
