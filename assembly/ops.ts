@@ -1,6 +1,8 @@
 // The autograd's element-wise hot loops on float32 storage: softmax cross-entropy (forward statistics and
-// backward) and tanh-GELU (forward and backward), driven by src/kernels/ops-wasm.ts, which copies a chunk
-// of rows in, calls one of these, and copies the results out.
+// backward) and tanh-GELU (forward and backward), LayerNorm, the heads' layout moves, column sums, and the
+// plain loops (add, c·x, AdamW, an embedding's scatter-add), driven by src/kernels/ops-wasm.ts, which
+// copies a chunk of rows in, calls one of these, and copies the results out. The plain loops give the JS
+// loops' floats bit for bit; JS ran them at 2–6 ns a float here, copies in and out cost about 0.3.
 // One decision to know: cross-entropy and GELU compute in float32 lanes (f32x4, exp2x4's degree-5 fit),
 // as PyTorch's float32 kernels do: a few float32 ulps from the float64 formula of the JS loops in
 // src/autograd/ops.ts (the loss within about 4e-7 nats per row, GELU within 4e-6 relative), at a quarter of
@@ -355,5 +357,97 @@ export function colSums(x: usize, rows: i32, M: i32, sums: usize): void {
       const sp = sums + (<usize>m << 3);
       store<f64>(sp, load<f64>(sp) + <f64>load<f32>(r + (<usize>m << 2)));
     }
+  }
+}
+
+/**
+ * y[i] = a[i] + b[i mod nb] for n floats (n a multiple of nb ≥ 1; nb = n for arrays of one shape): float32
+ * sums, which are the JS loop's (a float64 sum of two float32 rounded once to float32 is their float32
+ * sum). y may be a.
+ */
+export function addRepeat(a: usize, b: usize, y: usize, n: i32, nb: i32): void {
+  const vecEnd = <usize>(nb & ~3) << 2;
+  const rowEnd = <usize>nb << 2;
+  const rowBytes = <usize>nb << 2;
+  for (let o: usize = 0; o < (<usize>n << 2); o += rowBytes) {
+    const ap = a + o;
+    const yp = y + o;
+    let i: usize = 0;
+    for (; i < vecEnd; i += 16) v128.store(yp + i, f32x4.add(v128.load(ap + i), v128.load(b + i)));
+    for (; i < rowEnd; i += 4) store<f32>(yp + i, load<f32>(ap + i) + load<f32>(b + i));
+  }
+}
+
+/**
+ * y[i] = c·x[i] (acc = 0) or y[i] + c·x[i] (acc = 1) for n floats, in float64 and rounded once to float32:
+ * the JS loops' arithmetic (c is a float64 constant, e.g. √D), two lanes at a time.
+ */
+export function scaleF64(x: usize, y: usize, n: i32, c: f64, acc: i32): void {
+  const vc = f64x2.splat(c);
+  let i = 0;
+  for (; i + 2 <= n; i += 2) {
+    const at = <usize>i << 2;
+    const p = f64x2.mul(vc, load2(x + at));
+    store2(y + at, acc != 0 ? f64x2.add(load2(y + at), p) : p);
+  }
+  for (; i < n; i++) {
+    const at = <usize>i << 2;
+    const p = c * <f64>load<f32>(x + at);
+    store<f32>(y + at, <f32>(acc != 0 ? <f64>load<f32>(y + at) + p : p));
+  }
+}
+
+/**
+ * AdamW's update of n parameters w with grads g and moments m, v (all float32), the JS loop of
+ * src/autograd/optim.ts in the same float64 operations and order, two lanes at a time (no fused
+ * multiply-add: each product and sum is rounded as in JS):
+ * m = f32(b1·m + a1·g), v = f32(b2·v + (a2·g)·g), w = f32(w·decay − (stepSize·m) / (√v·rc2 + eps)).
+ */
+export function adamwStep(
+  w: usize, g: usize, m: usize, v: usize, n: i32,
+  b1: f64, a1: f64, b2: f64, a2: f64, decay: f64, stepSize: f64, rc2: f64, eps: f64,
+): void {
+  const vb1 = f64x2.splat(b1), va1 = f64x2.splat(a1), vb2 = f64x2.splat(b2), va2 = f64x2.splat(a2);
+  const vdecay = f64x2.splat(decay), vstep = f64x2.splat(stepSize), vrc2 = f64x2.splat(rc2);
+  const veps = f64x2.splat(eps);
+  let i = 0;
+  for (; i + 2 <= n; i += 2) {
+    const at = <usize>i << 2;
+    const gi = load2(g + at);
+    const mi = f64x2.promote_low_f32x4(f32x4.demote_f64x2_zero(
+      f64x2.add(f64x2.mul(vb1, load2(m + at)), f64x2.mul(va1, gi)),
+    ));
+    const vi = f64x2.promote_low_f32x4(f32x4.demote_f64x2_zero(
+      f64x2.add(f64x2.mul(vb2, load2(v + at)), f64x2.mul(f64x2.mul(va2, gi), gi)),
+    ));
+    store2(m + at, mi);
+    store2(v + at, vi);
+    const den = f64x2.add(f64x2.mul(f64x2.sqrt(vi), vrc2), veps);
+    store2(w + at, f64x2.sub(f64x2.mul(load2(w + at), vdecay), f64x2.div(f64x2.mul(vstep, mi), den)));
+  }
+  for (; i < n; i++) {
+    const at = <usize>i << 2;
+    const gi = <f64>load<f32>(g + at);
+    const mi = <f64><f32>(b1 * <f64>load<f32>(m + at) + a1 * gi);
+    const vi = <f64><f32>(b2 * <f64>load<f32>(v + at) + a2 * gi * gi);
+    store<f32>(m + at, <f32>mi);
+    store<f32>(v + at, <f32>vi);
+    store<f32>(w + at, <f32>(<f64>load<f32>(w + at) * decay - (stepSize * mi) / (Math.sqrt(vi) * rc2 + eps)));
+  }
+}
+
+/**
+ * dt[ids[t]·D + d] += dy[t·D + d] for t < n, d < D (an embedding's backward: the rows of dy added into
+ * the table's gradient rows their ids pick, in order of t, float32 sums). ids are int32, checked in range.
+ */
+export function scatterAddRows(dy: usize, ids: usize, dt: usize, n: i32, D: i32): void {
+  const vecEnd = <usize>(D & ~3) << 2;
+  const rowEnd = <usize>D << 2;
+  for (let t = 0; t < n; t++) {
+    const s = dy + <usize>t * rowEnd;
+    const d = dt + <usize>load<i32>(ids + (<usize>t << 2)) * rowEnd;
+    let i: usize = 0;
+    for (; i < vecEnd; i += 16) v128.store(d + i, f32x4.add(v128.load(d + i), v128.load(s + i)));
+    for (; i < rowEnd; i += 4) store<f32>(d + i, load<f32>(d + i) + load<f32>(s + i));
   }
 }

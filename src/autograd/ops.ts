@@ -15,12 +15,15 @@ import {
   linearGradWeight,
 } from '../kernels/matmul.js';
 import {
+  addWasm,
   crossEntropyBackwardWasm,
   crossEntropyWasm,
   geluBackwardWasm,
   geluForwardWasm,
   layerNormBackwardWasm,
   layerNormWasm,
+  scaleWasm,
+  scatterAddRowsWasm,
 } from '../kernels/ops-wasm.js';
 import { checkRopeArgs, ropeTable, rotateHalfHeads } from '../position/rope.js';
 import type { Generator } from '../random.js';
@@ -90,6 +93,7 @@ export function linear(x: Var, weight: Var, bias?: Var): Var {
 
 /** dst[i] += src[i] over src's length. */
 function accumulate(dst: Floats, src: Floats): void {
+  if (dst.length === src.length && addWasm(dst, src, dst)) return; // float32: WASM SIMD, same sums
   const n = src.length;
   for (let i = 0; i < n; i++) dst[i] += src[i];
 }
@@ -118,7 +122,9 @@ export function add(a: Var, b: Var): Var {
   const n = A.length;
   const nb = Bd.length;
   const y = floatsFor(A, n); // written whole below
-  if (nb === n) {
+  if (addWasm(A, Bd, y)) {
+    // float32: WASM SIMD, the loops' sums
+  } else if (nb === n) {
     for (let i = 0; i < n; i++) y[i] = A[i] + Bd[i];
   } else {
     // b repeats every nb elements (nb ≥ 1 here: a zero-size b makes a zero-size a, and the first branch).
@@ -142,10 +148,11 @@ export function scale(x: Var, c: number): Var {
   const X = x.data;
   const n = X.length;
   const y = floatsFor(X, n);
-  for (let i = 0; i < n; i++) y[i] = c * X[i];
+  if (!scaleWasm(X, y, c, false)) for (let i = 0; i < n; i++) y[i] = c * X[i];
   const out = opResult(y, x.shape, [x], () => {
     const dy = out.grad!;
     const dx = x.gradBuffer();
+    if (scaleWasm(dy, dx, c, true)) return; // float32: WASM SIMD's float64 lanes, the same floats
     for (let i = 0; i < n; i++) dx[i] += c * dy[i];
   });
   return out;
@@ -324,17 +331,20 @@ export function embedding(table: Var, ids: Int32Array, idsShape: readonly number
     );
   }
   const T = table.data;
-  const y = floatsLike(T, n * D);
+  const y = floatsFor(T, n * D); // every row written below (or the op throws)
   for (let t = 0, o = 0; t < n; t++, o += D) {
     const id = ids[t];
     if (!(id >= 0 && id < V))
       throw new RangeError(`embedding: id ${id} at position ${t} is outside the table's ${V} rows`);
     const from = id * D;
-    for (let d = 0; d < D; d++) y[o + d] = T[from + d];
+    if (D >= 16)
+      y.set(T.subarray(from, from + D), o); // a block copy (T and y of one float type)
+    else for (let d = 0; d < D; d++) y[o + d] = T[from + d];
   }
   const out = opResult(y, [...idsShape, D], [table], () => {
     const dy = out.grad!;
     const dt = table.gradBuffer();
+    if (scatterAddRowsWasm(dy, ids, dt, D)) return; // float32: WASM SIMD, the same sums in the same order
     for (let t = 0, o = 0; t < n; t++, o += D) {
       const to = ids[t] * D;
       for (let d = 0; d < D; d++) dt[to + d] += dy[o + d];

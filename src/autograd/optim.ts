@@ -4,6 +4,7 @@
 // LayerNorm gains.
 
 import { gemm } from '../kernels/gemm.js';
+import { adamwWasm } from '../kernels/ops-wasm.js';
 import { checkFinite, checkInteger } from '../shape.js';
 import type { Var } from './var.js';
 
@@ -60,6 +61,8 @@ export class AdamW {
       const v = this.v[n];
       const decay = p.shape.length >= 2 ? 1 - lr * this.weightDecay : 1;
       const w = p.data;
+      // Float32: the loop below in WASM SIMD's float64 lanes (kernels/ops-wasm.ts), the same floats.
+      if (adamwWasm(w, g, m, v, { b1, a1, b2, a2, decay, stepSize, rc2, eps })) continue;
       const len = w.length;
       for (let i = 0; i < len; i++) {
         const gi = g[i];

@@ -1,8 +1,9 @@
 // The WASM driver of the autograd's element-wise hot loops (assembly/ops.ts): softmax cross-entropy
-// statistics and gradient, tanh-GELU and LayerNorm forward and backward, the heads' layout changes and
-// linear's bias gradient, on float32 storage. src/autograd/ops.ts calls
-// these for float32 Vars and keeps its JS loops for float64 ones (gradient checks) and for runtimes
-// without WASM SIMD.
+// statistics and gradient, tanh-GELU and LayerNorm forward and backward, the heads' layout changes,
+// linear's bias gradient, add (and dst += src), c·x, an embedding's scatter-add and AdamW's update, on
+// float32 storage. src/autograd/ops.ts and optim.ts call these for float32 Vars and keep their JS loops
+// for float64 ones (gradient checks), for arrays too short to pay for a call, and for runtimes without
+// WASM SIMD.
 // One decision to know: each call streams its arrays through a fixed scratch (CHUNK floats per array)
 // in this thread's one WASM memory, sized before anything is written: a refused Memory.grow surfaces
 // before the first chunk, so the caller can fall back to JS with its outputs untouched (a gradient that
@@ -64,6 +65,24 @@ interface OpsExports {
     acc: number,
   ): void;
   colSums(x: number, rows: number, M: number, sums: number): void;
+  addRepeat(a: number, b: number, y: number, n: number, nb: number): void;
+  scaleF64(x: number, y: number, n: number, c: number, acc: number): void;
+  adamwStep(
+    w: number,
+    g: number,
+    m: number,
+    v: number,
+    n: number,
+    b1: number,
+    a1: number,
+    b2: number,
+    a2: number,
+    decay: number,
+    stepSize: number,
+    rc2: number,
+    eps: number,
+  ): void;
+  scatterAddRows(dy: number, ids: number, dt: number, n: number, D: number): void;
 }
 
 /** Floats per array per chunk: 4 arrays of 64 K floats = 1 MB of scratch (L2-sized pieces, few calls). */
@@ -105,6 +124,39 @@ function run(op: string, bytes: number, fn: (rt: WasmRuntime, ex: OpsExports) =>
   } finally {
     releaseWasm();
   }
+}
+
+/** How `streamed` moves an array: copied in, copied out, or both. */
+type Stream = 'in' | 'out' | 'inout';
+
+/**
+ * Streams float32 arrays of n floats through the scratch CHUNK floats at a time: each chunk of the 'in'
+ * and 'inout' arrays is copied in, `kernel` runs on the chunk (a pointer per array, in order, and its
+ * length), the 'out' and 'inout' ones are copied back. False (nothing written) if WASM cannot serve.
+ */
+function streamed(
+  op: string,
+  n: number,
+  arrays: readonly [Float32Array, Stream][],
+  kernel: (ex: OpsExports, ptrs: number[], m: number) => void,
+): boolean {
+  const chunk = Math.min(CHUNK, Math.max(n, 1));
+  const bytes = align(chunk * 4);
+  return run(op, arrays.length * bytes, (rt, ex) => {
+    const base = align(rt.base);
+    const ptrs = arrays.map((_, i) => base + i * bytes);
+    const f32 = rt.f32;
+    for (let i0 = 0; i0 < n; i0 += chunk) {
+      const m = Math.min(chunk, n - i0);
+      arrays.forEach(([a, how], i) => {
+        if (how !== 'out') f32.set(a.subarray(i0, i0 + m), ptrs[i] / 4);
+      });
+      kernel(ex, ptrs, m);
+      arrays.forEach(([a, how], i) => {
+        if (how !== 'in') a.set(f32.subarray(ptrs[i] / 4, ptrs[i] / 4 + m), i0);
+      });
+    }
+  });
 }
 
 /**
@@ -201,22 +253,12 @@ export function crossEntropyBackwardWasm(
 export function geluForwardWasm(x: Floats, y: Floats, saved?: Floats): boolean {
   if (!available(x) || !(y instanceof Float32Array) || (saved && !(saved instanceof Float32Array)))
     return false;
-  const n = x.length;
-  const chunk = Math.min(CHUNK, Math.max(n, 1));
-  const bytes = align(chunk * 4);
-  return run('wasm gelu', 3 * bytes, (rt, ex) => {
-    const xPtr = align(rt.base);
-    const yPtr = xPtr + bytes;
-    const sPtr = yPtr + bytes;
-    const f32 = rt.f32;
-    for (let i0 = 0; i0 < n; i0 += chunk) {
-      const m = Math.min(chunk, n - i0);
-      f32.set(x.subarray(i0, i0 + m), xPtr / 4);
-      ex.geluForward(xPtr, yPtr, saved ? sPtr : 0, m);
-      y.set(f32.subarray(yPtr / 4, yPtr / 4 + m), i0);
-      if (saved) saved.set(f32.subarray(sPtr / 4, sPtr / 4 + m), i0);
-    }
-  });
+  const arrays: [Float32Array, Stream][] = [
+    [x, 'in'],
+    [y, 'out'],
+  ];
+  if (saved) arrays.push([saved as Float32Array, 'out']);
+  return streamed('wasm gelu', x.length, arrays, (ex, [px, py, ps], m) => ex.geluForward(px, py, ps ?? 0, m));
 }
 
 /** dx += dy·GELU′(x) from the forward's saved e. False (dx untouched) if WASM cannot serve. */
@@ -226,25 +268,15 @@ export function geluBackwardWasm(x: Floats, saved: Floats, dy: Floats, dx: Float
     !(saved instanceof Float32Array && dy instanceof Float32Array && dx instanceof Float32Array)
   )
     return false;
-  const n = x.length;
-  const chunk = Math.min(CHUNK, Math.max(n, 1));
-  const bytes = align(chunk * 4);
-  return run('wasm gelu', 4 * bytes, (rt, ex) => {
-    const xPtr = align(rt.base);
-    const sPtr = xPtr + bytes;
-    const gPtr = sPtr + bytes;
-    const dPtr = gPtr + bytes;
-    const f32 = rt.f32;
-    for (let i0 = 0; i0 < n; i0 += chunk) {
-      const m = Math.min(chunk, n - i0);
-      f32.set(x.subarray(i0, i0 + m), xPtr / 4);
-      f32.set(saved.subarray(i0, i0 + m), sPtr / 4);
-      f32.set(dy.subarray(i0, i0 + m), gPtr / 4);
-      f32.set(dx.subarray(i0, i0 + m), dPtr / 4);
-      ex.geluBackward(xPtr, sPtr, gPtr, dPtr, m);
-      dx.set(f32.subarray(dPtr / 4, dPtr / 4 + m), i0);
-    }
-  });
+  const arrays: [Float32Array, Stream][] = [
+    [x, 'in'],
+    [saved, 'in'],
+    [dy, 'in'],
+    [dx, 'inout'],
+  ];
+  return streamed('wasm gelu', x.length, arrays, (ex, [px, ps, pg, pd], m) =>
+    ex.geluBackward(px, ps, pg, pd, m),
+  );
 }
 
 /**
@@ -457,5 +489,154 @@ export function colSumsWasm(dy: Floats, N: number, M: number, db: Floats): boole
     }
     const w = words(rt);
     for (let m = 0; m < M; m++) db[m] += w.getFloat64(sPtr + 8 * m, true);
+  });
+}
+
+/**
+ * Element-wise ops of fewer floats than this stay in their JS loops: a WASM call's fixed cost (the
+ * instance, the views, the copies' set-up) is a few microseconds, a JS loop's a few ns a float.
+ */
+const ELEMENTWISE_MIN = 4096;
+
+/**
+ * y = a + b over float32 arrays, b either a's length or repeating every b.length floats (a's length a
+ * multiple of it, b.length ≤ CHUNK): float32 sums, the JS loop's bit for bit. y may be a (dst += src).
+ * False (y untouched) if WASM cannot serve or the arrays are small.
+ */
+export function addWasm(a: Floats, b: Floats, y: Floats): boolean {
+  const n = a.length;
+  const nb = b.length;
+  if (
+    n < ELEMENTWISE_MIN ||
+    !available(a) ||
+    !(b instanceof Float32Array && y instanceof Float32Array) ||
+    y.length !== n ||
+    nb === 0 ||
+    n % nb !== 0 ||
+    (nb !== n && nb > CHUNK)
+  )
+    return false;
+  if (nb === n) {
+    const arrays: [Float32Array, Stream][] = [
+      [a, 'in'],
+      [b, 'in'],
+      [y, 'out'],
+    ];
+    return streamed('wasm add', n, arrays, (ex, [pa, pb, py], m) => ex.addRepeat(pa, pb, py, m, m));
+  }
+  // b repeating: staged once, a and y streamed by whole repeats of b.
+  const chunk = Math.floor(CHUNK / nb) * nb;
+  const bytes = align(chunk * 4);
+  return run('wasm add', 2 * bytes, (rt, ex) => {
+    const aPtr = align(rt.base);
+    const bPtr = aPtr + bytes;
+    const f32 = rt.f32;
+    f32.set(b, bPtr / 4);
+    for (let i0 = 0; i0 < n; i0 += chunk) {
+      const m = Math.min(chunk, n - i0);
+      f32.set(a.subarray(i0, i0 + m), aPtr / 4);
+      ex.addRepeat(aPtr, bPtr, aPtr, m, nb);
+      y.set(f32.subarray(aPtr / 4, aPtr / 4 + m), i0);
+    }
+  });
+}
+
+/**
+ * y = c·x (acc false) or y += c·x (acc true) over float32 arrays of one length, in float64 rounded once to
+ * float32 as the JS loops. False (y untouched) if WASM cannot serve or the arrays are small.
+ */
+export function scaleWasm(x: Floats, y: Floats, c: number, acc: boolean): boolean {
+  const n = x.length;
+  if (n < ELEMENTWISE_MIN || !available(x) || !(y instanceof Float32Array) || y.length !== n) return false;
+  const arrays: [Float32Array, Stream][] = [
+    [x, 'in'],
+    [y, acc ? 'inout' : 'out'],
+  ];
+  return streamed('wasm scale', n, arrays, (ex, [px, py], m) => ex.scaleF64(px, py, m, c, acc ? 1 : 0));
+}
+
+/** AdamW's per-step constants (src/autograd/optim.ts computes them once a step). */
+export interface AdamWConstants {
+  b1: number;
+  a1: number;
+  b2: number;
+  a2: number;
+  decay: number;
+  stepSize: number;
+  rc2: number;
+  eps: number;
+}
+
+/**
+ * AdamW's update of float32 parameters w with grads g and moments m, v (one length), the JS loop's float64
+ * operations in its order (assembly/ops.ts adamwStep): the same floats. False (nothing written) if WASM
+ * cannot serve or the parameter is small.
+ */
+export function adamwWasm(
+  w: Floats,
+  g: Floats,
+  m: Float32Array,
+  v: Float32Array,
+  k: AdamWConstants,
+): boolean {
+  const n = w.length;
+  if (
+    n < ELEMENTWISE_MIN ||
+    !available(w) ||
+    !(g instanceof Float32Array) ||
+    g.length !== n ||
+    m.length !== n ||
+    v.length !== n
+  )
+    return false;
+  const arrays: [Float32Array, Stream][] = [
+    [w, 'inout'],
+    [g, 'in'],
+    [m, 'inout'],
+    [v, 'inout'],
+  ];
+  return streamed('wasm AdamW', n, arrays, (ex, [pw, pg, pm, pv], len) =>
+    ex.adamwStep(pw, pg, pm, pv, len, k.b1, k.a1, k.b2, k.a2, k.decay, k.stepSize, k.rc2, k.eps),
+  );
+}
+
+/** Most floats of an embedding table's gradient scatterAddRowsWasm stages (16 MB). */
+const SCATTER_TABLE_FLOATS = 4 << 20;
+
+/**
+ * dt[ids[t]·D + d] += dy[t·D + d] for every t (an embedding's backward), float32 sums in the JS loop's
+ * order. False (dt untouched) if WASM cannot serve, the table is large, or an id is outside dt's rows.
+ */
+export function scatterAddRowsWasm(dy: Floats, ids: Int32Array, dt: Floats, D: number): boolean {
+  const n = ids.length;
+  const V = D === 0 ? 0 : dt.length / D;
+  if (
+    n * D < ELEMENTWISE_MIN ||
+    !available(dy) ||
+    !(dt instanceof Float32Array) ||
+    dy.length !== n * D ||
+    dt.length > SCATTER_TABLE_FLOATS ||
+    !Number.isInteger(V)
+  )
+    return false;
+  for (let t = 0; t < n; t++) if (!(ids[t] >= 0 && ids[t] < V)) return false;
+  const rows = Math.max(1, Math.floor(CHUNK / D));
+  const yBytes = align(rows * D * 4);
+  const iBytes = align(rows * 4);
+  const tBytes = align(dt.length * 4);
+  return run('wasm embedding backward', yBytes + iBytes + tBytes, (rt, ex) => {
+    const tPtr = align(rt.base);
+    const yPtr = tPtr + tBytes;
+    const iPtr = yPtr + yBytes;
+    const f32 = rt.f32;
+    const i32 = new Int32Array(f32.buffer, iPtr, rows);
+    f32.set(dt, tPtr / 4);
+    for (let t0 = 0; t0 < n; t0 += rows) {
+      const r = Math.min(rows, n - t0);
+      f32.set(dy.subarray(t0 * D, (t0 + r) * D), yPtr / 4);
+      i32.set(ids.subarray(t0, t0 + r));
+      ex.scatterAddRows(yPtr, iPtr, tPtr, r, D);
+    }
+    dt.set(f32.subarray(tPtr / 4, tPtr / 4 + dt.length));
   });
 }

@@ -354,6 +354,97 @@ describe('the library in Chromium', () => {
     expect(result.differ).toBe(0);
   });
 
+  it("runs the autograd's add, scale, AdamW and embedding scatter in WASM, bit for bit the JS loops", async () => {
+    const { page } = await open(await serve(false));
+    const result = await page.evaluate(async () => {
+      const { addWasm, scaleWasm, adamwWasm, scatterAddRowsWasm } = await load('/dist/kernels/ops-wasm.js');
+      let s = 3;
+      const rand = (n: number) =>
+        Float32Array.from({ length: n }, (_, i) => {
+          s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+          return i % 97 === 5
+            ? Number.NaN
+            : i % 89 === 3
+              ? -0
+              : i % 83 === 1
+                ? 3e38
+                : (s / 2 ** 32 - 0.5) * 8;
+        });
+      let differ = 0;
+      const same = (a: ArrayLike<number>, b: ArrayLike<number>) => {
+        for (let i = 0; i < b.length; i++) if (!Object.is(a[i], b[i])) differ++;
+      };
+      const served: boolean[] = [];
+      const n = 65 * 129; // odd, past the 4096-float threshold
+      const a = rand(n);
+      const b = rand(n);
+      const y = new Float32Array(n);
+      served.push(addWasm(a, b, y));
+      same(
+        y,
+        a.map((v, i) => v + b[i]),
+      );
+      const row = rand(129);
+      served.push(addWasm(a, row, y));
+      same(
+        y,
+        a.map((v, i) => v + row[i % 129]),
+      );
+      const c = Math.PI;
+      served.push(scaleWasm(a, y, c, false));
+      same(
+        y,
+        a.map((v) => c * v),
+      );
+      const acc = b.slice();
+      served.push(scaleWasm(a, acc, c, true));
+      same(
+        acc,
+        b.map((v, i) => v + c * a[i]),
+      );
+      // AdamW: two steps against the JS loop of src/autograd/optim.ts.
+      const w = rand(n).map((v) => (Number.isFinite(v) && Math.abs(v) < 1e3 ? v : 0.5));
+      const ref = w.slice();
+      const [m, v, mr, vr] = [0, 1, 2, 3].map(() => new Float32Array(n));
+      for (let t = 1; t <= 2; t++) {
+        const g = rand(n);
+        const k = {
+          b1: 0.9,
+          a1: 0.1,
+          b2: 0.999,
+          a2: 1 - 0.999,
+          decay: 0.99,
+          stepSize: 0.01 / (1 - 0.9 ** t),
+          rc2: 1 / Math.sqrt(1 - 0.999 ** t),
+          eps: 1e-8,
+        };
+        for (let i = 0; i < n; i++) {
+          const mi = Math.fround(k.b1 * mr[i] + k.a1 * g[i]);
+          const vi = Math.fround(k.b2 * vr[i] + k.a2 * g[i] * g[i]);
+          mr[i] = mi;
+          vr[i] = vi;
+          ref[i] = ref[i] * k.decay - (k.stepSize * mi) / (Math.sqrt(vi) * k.rc2 + k.eps);
+        }
+        served.push(adamwWasm(w, g, m, v, k));
+      }
+      same(w, ref);
+      same(m, mr);
+      same(v, vr);
+      // Embedding scatter-add: repeated ids, rows of 17.
+      const D = 17;
+      const ids = Int32Array.from({ length: 400 }, (_, t) => (t * 7) % 23);
+      const dy = rand(400 * D);
+      const dt = rand(23 * D);
+      const want = dt.slice();
+      for (let t = 0; t < 400; t++) for (let d = 0; d < D; d++) want[ids[t] * D + d] += dy[t * D + d];
+      served.push(scatterAddRowsWasm(dy, ids, dt, D));
+      same(dt, want);
+      return { served, differ };
+    });
+    expect(result.served).toEqual([true, true, true, true, true, true, true]);
+    expect(result.differ).toBe(0);
+  });
+
   it("runs training's WASM element-wise ops (cross-entropy, GELU, LayerNorm), float32 within their error bounds of float64", async () => {
     const { page } = await open(await serve(false));
     const result = await page.evaluate(async () => {
