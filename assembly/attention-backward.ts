@@ -1,17 +1,21 @@
 // WASM SIMD128 inner loops of the attention backward (FlashAttention-2, arXiv:2307.08691, Algorithm 2):
 // one query tile of one head against one key block; JS (src/kernels/wasm-backward.ts) owns the loops.
-// One decision to know: scores and dP = dO·v are summed in f64 (their rounding is what the gradients
-// amplify: P = 2^(s − lse) and dP − D cancel); P, dS and the dQ, dK, dV products are f32.
+// One decision to know: dP = dO·v is summed in f64, because dS = P∘(dP − D) cancels: for a row whose
+// softmax is peaked, dP of its top key is within a rounding of D, and a float32 sum's error becomes most of
+// dS (with dP in f32, a conformance case with logits of ±30 was 11% off on a dk entry). The scores are summed in
+// f32 lanes (their error only scales P by 1 + O(ε)), then s·scale − lse is taken in f64 (the lse may be
+// thousands); P, dS and the dQ, dK, dV products are f32. (Scores in f64 too, as before 2026-12-02, cost
+// twice the lanes for no accuracy the tolerances see.)
 //
 // The tile's dS (= ∂loss/∂score = ∂loss/∂bias) is left in memory for the driver to add into dbias.
 //
 // Layouts (row-major, pointers are bytes; EPad, EvPad multiples of 8 with zero padding):
-//   q64 [rows, E] f64, q [rows, EPad] f32    query rows of the tile, as given (unscaled)
+//   q [rows, EPad] f32   query rows of the tile, as given (unscaled)
 //   dO64 [rows, Ev] f64, dO [rows, EvPad] f32  ∂loss/∂out of those rows
 //   lse [rows] f64       log-sum-exp in log2 units (−∞: a row that sees nothing, or a padding row)
 //   D   [rows] f64       rowsum(dO∘O)
 //   dq  [rows, EPad] f32 accumulated Σ_j dS·k_j (the driver multiplies by the scale)
-//   kt [E, BC], vt [Ev, BC] f64   keys and values of the block, transposed; k [BC, EPad] f32 the keys
+//   kt [E, BC] f32, vt [Ev, BC] f64   keys and values of the block, transposed; k [BC, EPad] f32 the keys
 //   dk  [BC, EPad] f32   accumulated Σ_i dS·q_i (times the scale later); dv [BC, EvPad] Σ_i P·dO_i
 //   P, dS [BR, BC] f32   the tile's probabilities and dS = P∘(dP − D), zero wherever a key is blocked
 
@@ -39,6 +43,14 @@ function fma2(a: v128, b: v128, c: v128): v128 {
 @inline
 function narrow(lo: v128, hi: v128): v128 {
   return i32x4.shuffle(f32x4.demote_f64x2_zero(lo), f32x4.demote_f64x2_zero(hi), 0, 1, 4, 5);
+}
+
+/** a·m + c of 4 f32 lanes a, computed in f64 (m and c f64x2 splats), rounded once to f32. */
+@inline
+function affine64(a: v128, m: v128, c: v128): v128 {
+  const lo = f64x2.promote_low_f32x4(a);
+  const hi = f64x2.promote_low_f32x4(i32x4.shuffle(a, a, 2, 3, 2, 3));
+  return narrow(fma2(lo, m, c), fma2(hi, m, c));
 }
 
 /**
@@ -92,7 +104,7 @@ function zeroCols(P: usize, dS: usize, row: i32, c0: i32, c1: i32): void {
  * The driver has checked every input finite and every sum bounded, and P is at most 1 (x ≤ 0 below).
  */
 export function bwdTile(
-  q64: usize, q: usize, dO64: usize, dO: usize, lse: usize, D: usize, dq: usize,
+  q: usize, dO64: usize, dO: usize, lse: usize, D: usize, dq: usize,
   kt: usize, vt: usize, k: usize, dk: usize, dv: usize, P: usize, dS: usize,
   rows: i32, cols: i32, E: i32, EPad: i32, Ev: i32, EvPad: i32, cs: f64,
   i0: i32, j0: i32, shift: i32, left: i32, right: i32, band: i32,
@@ -102,11 +114,10 @@ export function bwdTile(
   const colsPad = (cols + 7) & ~7;
   const qRow = <usize>EPad << 2;
   const oRow = <usize>EvPad << 2;
-  const qRow64 = <usize>E << 3;
   const oRow64 = <usize>Ev << 3;
-  const panel64: usize = BC * 8; // row stride of the kt and vt panels
+  const panel: usize = BC * 4; // row stride of the kt panels (f32)
+  const panel64: usize = BC * 8; // row stride of the vt panels (f64)
   const zero = f32x4.splat(0);
-  const zero2 = f64x2.splat(0);
   const floor = f32x4.splat(-100.0); // log2 of the smallest P kept
   const vcs = f64x2.splat(cs);
 
@@ -139,32 +150,32 @@ export function bwdTile(
     const sRow = dS + <usize>r0 * ROW_BYTES;
     const n0 = f64x2.splat(-l0), n1 = f64x2.splat(-l1), n2 = f64x2.splat(-l2), n3 = f64x2.splat(-l3);
 
-    // x = s·cs − lse (log2 units) of 4 rows × 4 keys, s = q·k accumulated in f64, stored as f32.
-    const q0 = q64 + <usize>r0 * qRow64;
-    for (let c = cStart; c < cEnd; c += 4) {
-      let a00 = zero2, a01 = zero2, a10 = zero2, a11 = zero2;
-      let a20 = zero2, a21 = zero2, a30 = zero2, a31 = zero2;
-      let kp = kt + (<usize>c << 3);
+    // x = s·cs − lse (log2 units) of 4 rows × 8 keys: s = q·k summed in f32, s·cs − lse in f64, stored as f32.
+    const q0 = q + <usize>r0 * qRow;
+    for (let c = cStart; c < cEnd; c += 8) {
+      let a00 = zero, a01 = zero, a10 = zero, a11 = zero;
+      let a20 = zero, a21 = zero, a30 = zero, a31 = zero;
+      let kp = kt + (<usize>c << 2);
       let qp = q0;
       for (let e = 0; e < E; e++) {
         const k0 = v128.load(kp);
         const k1 = v128.load(kp, 16);
-        const x0 = v128.load64_splat(qp);
-        const x1 = v128.load64_splat(qp + qRow64);
-        const x2 = v128.load64_splat(qp + 2 * qRow64);
-        const x3 = v128.load64_splat(qp + 3 * qRow64);
-        a00 = fma2(x0, k0, a00); a01 = fma2(x0, k1, a01);
-        a10 = fma2(x1, k0, a10); a11 = fma2(x1, k1, a11);
-        a20 = fma2(x2, k0, a20); a21 = fma2(x2, k1, a21);
-        a30 = fma2(x3, k0, a30); a31 = fma2(x3, k1, a31);
-        kp += panel64;
-        qp += 8;
+        const x0 = v128.load32_splat(qp);
+        const x1 = v128.load32_splat(qp + qRow);
+        const x2 = v128.load32_splat(qp + 2 * qRow);
+        const x3 = v128.load32_splat(qp + 3 * qRow);
+        a00 = fma4(x0, k0, a00); a01 = fma4(x0, k1, a01);
+        a10 = fma4(x1, k0, a10); a11 = fma4(x1, k1, a11);
+        a20 = fma4(x2, k0, a20); a21 = fma4(x2, k1, a21);
+        a30 = fma4(x3, k0, a30); a31 = fma4(x3, k1, a31);
+        kp += panel;
+        qp += 4;
       }
       const t = pRow + (<usize>c << 2);
-      v128.store(t, narrow(fma2(a00, vcs, n0), fma2(a01, vcs, n0)));
-      v128.store(t, narrow(fma2(a10, vcs, n1), fma2(a11, vcs, n1)), ROW_BYTES);
-      v128.store(t, narrow(fma2(a20, vcs, n2), fma2(a21, vcs, n2)), 2 * ROW_BYTES);
-      v128.store(t, narrow(fma2(a30, vcs, n3), fma2(a31, vcs, n3)), 3 * ROW_BYTES);
+      v128.store(t, affine64(a00, vcs, n0)); v128.store(t, affine64(a01, vcs, n0), 16);
+      v128.store(t, affine64(a10, vcs, n1), ROW_BYTES); v128.store(t, affine64(a11, vcs, n1), ROW_BYTES + 16);
+      v128.store(t, affine64(a20, vcs, n2), 2 * ROW_BYTES); v128.store(t, affine64(a21, vcs, n2), 2 * ROW_BYTES + 16);
+      v128.store(t, affine64(a30, vcs, n3), 3 * ROW_BYTES); v128.store(t, affine64(a31, vcs, n3), 3 * ROW_BYTES + 16);
     }
 
     if (plain) {
@@ -370,6 +381,28 @@ export function bwdScale(p: usize, n: i32, s: f32): void {
   for (let i = 0; i < n; i += 4) {
     const a = p + (<usize>i << 2);
     v128.store(a, f32x4.mul(v128.load(a), vs));
+  }
+}
+
+/**
+ * Rows [rows, n] of f32 at src → panels of BC rows transposed: panel P = [n, BC] holding rows P·BC …
+ * P·BC + BC − 1 (rows past `rows` are 0). The kt and vt layouts of `bwdTile`.
+ */
+export function bwdTranspose(src: usize, rows: i32, n: i32, dst: usize): void {
+  const panels = (rows + BC - 1) / BC;
+  for (let p = 0; p < panels; p++) {
+    const base = dst + <usize>p * <usize>n * BC * 4;
+    const r0 = p * BC;
+    const m = min(BC, rows - r0);
+    for (let e = 0; e < n; e++) {
+      const row = base + <usize>e * BC * 4;
+      let from = src + (<usize>(r0 * n + e) << 2);
+      for (let r = 0; r < m; r++) {
+        store<f32>(row + (<usize>r << 2), load<f32>(from));
+        from += <usize>n << 2;
+      }
+      memory.fill(row + (<usize>m << 2), 0, <usize>(BC - m) << 2);
+    }
   }
 }
 

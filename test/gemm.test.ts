@@ -16,6 +16,7 @@ import {
   registeredGemmKernels,
   wasmGemmKernel,
 } from '../src/kernels/gemm.js';
+import { linearGradInput } from '../src/kernels/matmul.js';
 import { type AttentionProblem, KernelResourceError } from '../src/kernels/types.js';
 import { wasmKernel } from '../src/kernels/wasm.js';
 import { wasmMemoryBytes } from '../src/kernels/wasm-runtime.js';
@@ -403,6 +404,29 @@ describe('dispatch and fallback', () => {
       expect(() => gemm(p, Float32Array.from(p.c0), 'wasm')).not.toThrow(); // named: no fallback needed now
     } finally {
       spy.mockRestore();
+    }
+  });
+});
+
+describe("linear's input gradient into a buffer that was just allocated", () => {
+  it('`zeroed` writes dx whole and never reads it: a reused array full of NaN gives the product, float32 and mixed', () => {
+    const g = new Generator(21);
+    const [N, M, K] = [7, 5, 9];
+    const dy = Float32Array.from({ length: N * M }, () => g.random() - 0.5);
+    const W = Float32Array.from({ length: M * K }, () => g.random() - 0.5);
+    for (const [label, w] of [
+      ['float32', W],
+      ['float64 W (the JS loop)', Float64Array.from(W)],
+    ] as const) {
+      const want = new Float32Array(N * K);
+      linearGradInput(dy, N, M, w, K, want); // added to zeros
+      const reused = new Float32Array(N * K).fill(Number.NaN);
+      linearGradInput(dy, N, M, w, K, reused, true);
+      expect(Array.from(reused), label).toEqual(Array.from(want));
+      expect(
+        want.some((x) => x !== 0),
+        label,
+      ).toBe(true);
     }
   });
 });

@@ -81,9 +81,10 @@ export function linear(x: Var, weight: Var, bias?: Var): Var {
   const out = opResult(y, [...x.shape.slice(0, -1), M], bias ? [x, weight, bias] : [x, weight], () => {
     const dy = out.grad!;
     if (x.requiresGrad) {
-      // dx += dy·W; a gradient buffer allocated here holds zeros, so the product is written into it.
-      const zeroed = x.grad === undefined;
-      linearGradInput(dy, N, M, weight.data, K, x.gradBuffer(), zeroed);
+      // dx += dy·W; a gradient not allocated yet is written whole by the product: no zeros needed.
+      const fresh = x.grad === undefined;
+      if (fresh) x.grad = floatsFor(x.data, x.size);
+      linearGradInput(dy, N, M, weight.data, K, x.grad!, fresh);
     }
     if (weight.requiresGrad) linearGradWeight(dy, N, M, x.data, K, weight.gradBuffer()); // dW += dyᵀ·x
     if (bias?.requiresGrad) linearGradBias(dy, N, M, bias.gradBuffer()); // db += colsum(dy)

@@ -108,9 +108,10 @@ export function linearProblem(
 }
 
 /**
- * dx[N, K] += dy[N, M] · W[M, K]: the input gradient of `linear`. `zeroed`: dx is known to hold zeros (a
- * gradient buffer just allocated), so the float32 product is written rather than added: the same floats,
- * bit for bit (the GEMM's sums start from +0 either way), without reading dx.
+ * dx[N, K] += dy[N, M] · W[M, K]: the input gradient of `linear`. `zeroed`: dx is a gradient buffer just
+ * allocated, whose contents count as zeros but may be anything (a reused array): the product is written
+ * rather than added (the same floats as adding it to zeros: the GEMM's sums start from +0 either way),
+ * and dx is never read.
  */
 export function linearGradInput(
   dy: Floats,
@@ -138,6 +139,7 @@ export function linearGradInput(
     );
     return;
   }
+  if (zeroed) dx.fill(0, 0, N * K); // `zeroed` promises nothing about dx's contents: it is written whole
   const row = new Float64Array(K);
   for (let n = 0; n < N; n++) {
     row.fill(0);

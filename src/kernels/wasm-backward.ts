@@ -21,7 +21,6 @@ interface BackwardExports {
   bwdBlockKeys(): number;
   bwdTileRows(): number;
   bwdTile(
-    q64: number,
     q: number,
     dO64: number,
     dO: number,
@@ -57,9 +56,10 @@ interface BackwardExports {
   ): void;
   bwdMaxAbs(p: number, n: number): number;
   bwdAbove(p: number, n: number, limit: number): number;
-  bwdMaxAbs64(p: number, n: number): number;
+  bwdTranspose(src: number, rows: number, n: number, dst: number): void;
   bwdTransposeWiden(src: number, rows: number, n: number, dst: number): void;
   bwdWiden(src: number, rows: number, n: number, dst64: number, dst32: number, nPad: number): void;
+  bwdMaxAbs64(p: number, n: number): number;
   bwdCopyRows(src: number, rows: number, n: number, dst: number, nPad: number): void;
   bwdJoin(src: number, n: number, dst: number): void;
   bwdScale(p: number, n: number, s: number): void;
@@ -130,11 +130,11 @@ class BackwardDriver {
       dMax = Math.max(dMax, Math.abs(d));
     }
 
-    // Memory map (bytes, 16-aligned, from the instance's base): mask | bias | q64 [G·Lp, E] | q [G·Lp,
-    // EP] | dO64 [G·Lp, Ev] | dO [G·Lp, EvP] | lse, D [G·Lp] | dq [G·Lp, EP] | kᵀ panels [nB, E, BC] |
-    // vᵀ panels [nB, Ev, BC] | k [Sp, EP] | dk [Sp, EP] | dv [Sp, EvP] | P, dS [BR, BC] | stage (rows
-    // as copied). f64: q64, dO64, lse, D and the panels (scores and dP are summed in f64); f32 else.
-    // Everything is written through the f32 view and widened in WASM (no float64 view of the memory).
+    // Memory map (bytes, 16-aligned, from the instance's base): mask | bias | q [G·Lp, EP] | dO64 [G·Lp,
+    // Ev] | dO [G·Lp, EvP] | lse, D [G·Lp] | dq [G·Lp, EP] | kᵀ panels [nB, E, BC] | vᵀ panels [nB, Ev,
+    // BC] | k [Sp, EP] | dk [Sp, EP] | dv [Sp, EvP] | P, dS [BR, BC] | stage (rows as copied). f64: dO64,
+    // lse, D and the vᵀ panels (dP is summed in f64); f32 else. Everything is written through the f32
+    // view and widened in WASM (no float64 view of the memory).
     // Each head's rows are padded to Lp (padding rows: lse −∞, so they contribute nothing).
     const Lp = pad(L, 4);
     const EP = pad(E, 8);
@@ -152,14 +152,13 @@ class BackwardDriver {
     for (const [name, bytes] of [
       ['mask', 4 * maskFloats],
       ['bias', 4 * biasFloats],
-      ['q64', 8 * GL * E],
       ['q', 4 * GL * EP],
       ['dO64', 8 * GL * Ev],
       ['dO', 4 * GL * EvP],
       ['lse', 8 * GL],
       ['D', 8 * GL],
       ['dq', 4 * GL * EP],
-      ['kt', 8 * nB * E * BC],
+      ['kt', 4 * nB * E * BC],
       ['vt', 8 * nB * Ev * BC],
       ['k', 4 * Sp * EP],
       ['dk', 4 * Sp * EP],
@@ -192,16 +191,15 @@ class BackwardDriver {
     }
     if (bias && (biasWhole ? this.biasBad : biasSliceBad(bias, b, h0, G, L, S))) return false;
 
-    // q and dO of each head, as float32 in the stage, then widened to f64 (padding rows 0) and copied with
-    // rows padded to EP / EvP; lse (log2 units, −∞ on padding rows) and D in f64, sent as f32 pairs.
+    // q and dO of each head, as float32 in the stage, then copied with rows padded to EP / EvP (padding
+    // rows 0), dO widened to f64 too; lse (log2 units, −∞ on padding rows) and D in f64, sent as f32 pairs.
     const stage = at.stage;
     const st = stage / 4;
     const zero = (ptr: number, bytes: number) => f32.fill(0, ptr / 4, (ptr + bytes) / 4);
     for (let g = 0; g < G; g++) {
       const row = firstRow + g * L;
       f32.set(q.subarray(row * E, (row + L) * E), st);
-      ex.bwdWiden(stage, L, E, at.q64 + g * Lp * E * 8, at.q + g * Lp * EP * 4, EP);
-      zero(at.q64 + (g * Lp + L) * E * 8, (Lp - L) * E * 8);
+      ex.bwdCopyRows(stage, L, E, at.q + g * Lp * EP * 4, EP);
       zero(at.q + (g * Lp + L) * EP * 4, (Lp - L) * EP * 4);
       f32.set(dOut.subarray(row * Ev, (row + L) * Ev), st);
       ex.bwdWiden(stage, L, Ev, at.dO64 + g * Lp * Ev * 8, at.dO + g * Lp * EvP * 4, EvP);
@@ -222,8 +220,8 @@ class BackwardDriver {
     };
     join((r) => lse[firstRow + r] * Math.LOG2E, Number.NEGATIVE_INFINITY, at.lse);
     join((r) => Dg[r], 0, at.D);
-    // K and V of the head, read run by run (kvRun) into the stage [S, ·], then transposed and widened
-    // into f64 panels and, for K, copied to k [Sp, EP].
+    // K and V of the head, read run by run (kvRun) into the stage [S, ·], then transposed into panels
+    // (V's widened to f64) and, for K, copied to k [Sp, EP].
     const stageKV = (src: Floats, n: number) => {
       for (let j = 0; j < S; ) {
         const run = kvRun(p, b, hk, j, S);
@@ -233,7 +231,7 @@ class BackwardDriver {
       }
     };
     stageKV(k, E);
-    ex.bwdTransposeWiden(stage, S, E, at.kt);
+    ex.bwdTranspose(stage, S, E, at.kt);
     ex.bwdCopyRows(stage, S, E, at.k, EP);
     zero(at.k + S * EP * 4, (Sp - S) * EP * 4);
     stageKV(v, Ev);
@@ -300,14 +298,13 @@ class BackwardDriver {
             cols,
           );
           ex.bwdTile(
-            at.q64 + r * E * 8,
             at.q + r * EP * 4,
             at.dO64 + r * Ev * 8,
             at.dO + r * EvP * 4,
             at.lse + r * 8,
             at.D + r * 8,
             at.dq + r * EP * 4,
-            at.kt + kb * E * BC * 8,
+            at.kt + kb * E * BC * 4,
             at.vt + kb * Ev * BC * 8,
             at.k + j0 * EP * 4,
             at.dk + j0 * EP * 4,
