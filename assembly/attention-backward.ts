@@ -26,6 +26,8 @@ const BR = 64;
 const ROW_BYTES: usize = BC * 4; // stride of the P and dS tiles
 const NEG_INF: f32 = -Infinity;
 const LOG2E: f32 = 1.4426950408889634;
+/** Lane numbers 0, 1, 2, 3 (a column's offset in its group of 4). */
+const LANES = i32x4(0, 1, 2, 3);
 
 @inline
 function fma4(a: v128, b: v128, c: v128): v128 {
@@ -187,6 +189,31 @@ export function bwdTile(
           const tp = t + (<usize>c << 2);
           const x = v128.load(tp);
           v128.store(tp, v128.and(pow2(f32x4.pmin(x, zero)), f32x4.gt(x, floor)));
+        }
+      }
+    } else if (mask == 0 && bias == 0) {
+      // Band (and padding keys, rows that see nothing) only: each row sees tile columns [lo, hi], so P is
+      // the pass above with the columns outside zeroed by a lane mask: what the scalar pass below gives
+      // (a blocked x = −∞ makes P exactly 0 there), without a per-key pass (half the diagonal tiles' time).
+      for (let rr = 0; rr < 4; rr++) {
+        const t = pRow + <usize>rr * ROW_BYTES;
+        const dead = rr == 0 ? dead0 : rr == 1 ? dead1 : rr == 2 ? dead2 : dead3;
+        const pos = <i64>(i0 + r0 + rr + shift);
+        let lo: i64 = band != 0 ? pos - <i64>left - <i64>j0 : 0;
+        let hi: i64 = band != 0 ? pos + <i64>right - <i64>j0 : <i64>cols;
+        if (hi > <i64>(cols - 1)) hi = <i64>(cols - 1);
+        if (dead) lo = <i64>cEnd;
+        if (lo < -1) lo = -1;
+        if (hi < -1) hi = -1;
+        if (lo > <i64>cEnd) lo = <i64>cEnd;
+        const vlo = i32x4.splat(<i32>lo);
+        const vhi = i32x4.splat(<i32>hi);
+        for (let c = cStart; c < cEnd; c += 4) {
+          const idx = i32x4.add(i32x4.splat(c), LANES);
+          const seen = v128.and(i32x4.ge_s(idx, vlo), i32x4.le_s(idx, vhi));
+          const tp = t + (<usize>c << 2);
+          const x = v128.load(tp);
+          v128.store(tp, v128.and(v128.and(pow2(f32x4.pmin(x, zero)), f32x4.gt(x, floor)), seen));
         }
       }
     } else {

@@ -153,9 +153,12 @@ export function geluForward(x: usize, y: usize, saved: usize, n: i32): void {
   geluSpan(x, y, saved, n);
 }
 
-/** dx[i] += dy[i]·GELU′(x[i]) from the saved e: simd.ts's geluSpanBackward, in float32. */
-export function geluBackward(x: usize, saved: usize, dy: usize, dx: usize, n: i32): void {
-  geluSpanBackward(x, saved, dy, dx, n);
+/**
+ * dx[i] += dy[i]·GELU′(x[i]) from the saved e (acc = 1), or dx[i] = 0 + dy[i]·GELU′(x[i]) without reading
+ * dx (acc = 0, a gradient buffer just allocated): simd.ts's geluSpanBackward, in float32.
+ */
+export function geluBackward(x: usize, saved: usize, dy: usize, dx: usize, n: i32, acc: i32): void {
+  geluSpanBackward(x, saved, dy, dx, n, acc);
 }
 
 /** Σ of a row of n float32 at p, in float64 (two lanes, then the tail). */

@@ -95,7 +95,7 @@ export function geluSpan(x: usize, y: usize, saved: usize, n: i32): void {
  * geluSpan saved: with s = 1/(1 + e) (the logistic of 2u), GELU′ = s + 2·v·s·(1 − s)·√(2/π)·(1 +
  * 3·0.044715·v²), where s(1 − s) = e·s², taken as 0 where e = +∞ (there s = 0 and e·s² would be NaN).
  */
-export function geluSpanBackward(x: usize, saved: usize, dy: usize, dx: usize, n: i32): void {
+export function geluSpanBackward(x: usize, saved: usize, dy: usize, dx: usize, n: i32, acc: i32 = 1): void {
   const t = GELU_F32;
   const one = v128.load32_splat(t, 8);
   const k3x3 = v128.load32_splat(t, 52), twoC = v128.load32_splat(t, 56), inf = v128.load32_splat(t, 60);
@@ -112,6 +112,7 @@ export function geluSpanBackward(x: usize, saved: usize, dy: usize, dx: usize, n
     const zero = f32x4.splat(0);
     const t2 = v128.bitselect(f32x4.mul(v, zero), term, f32x4.eq(sp, zero));
     const d = f32x4.add(s, t2);
-    v128.store(dx + i, madd(v128.load(dy + i), d, v128.load(dx + i)));
+    // acc = 0: dx is written as if it held +0 (the sums a zero-filled gradient would get, −0 included).
+    v128.store(dx + i, madd(v128.load(dy + i), d, acc != 0 ? v128.load(dx + i) : zero));
   }
 }

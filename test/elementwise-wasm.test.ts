@@ -5,10 +5,17 @@
 // several chunks of their scratch, and hostile values (NaN, ±∞, sums that overflow, −0, subnormals).
 
 import { describe, expect, it } from 'vitest';
-import { add, embedding, scale } from '../src/autograd/ops.js';
+import { add, embedding, gelu, linear, scale } from '../src/autograd/ops.js';
 import { AdamW } from '../src/autograd/optim.js';
 import { backward, constant, parameter } from '../src/autograd/var.js';
-import { adamwWasm, addWasm, scaleWasm, scatterAddRowsWasm } from '../src/kernels/ops-wasm.js';
+import {
+  adamwWasm,
+  addWasm,
+  geluBackwardWasm,
+  geluForwardWasm,
+  scaleWasm,
+  scatterAddRowsWasm,
+} from '../src/kernels/ops-wasm.js';
 import { wasmSupport } from '../src/kernels/wasm-runtime.js';
 import { Generator } from '../src/random.js';
 
@@ -166,6 +173,52 @@ describe.runIf(hasWasm)('element-wise WASM loops: the JS loops bit for bit', () 
     ids[77] = -1;
     expect(scatterAddRowsWasm(new Float32Array(100 * D).fill(1), ids, dt, D)).toBe(false);
     expect(dt.every((v) => v === 1)).toBe(true);
+  });
+
+  it('GELU backward into a gradient just allocated: written whole, never read, the floats of adding to zeros', () => {
+    const gen = new Generator(31);
+    const n = MIN + 3;
+    const x = values(gen, n);
+    const saved = new Float32Array(n);
+    expect(geluForwardWasm(x, new Float32Array(n), saved)).toBe(true);
+    const dy = values(gen, n);
+    dy[5] = -0; // a −0 product: adding it to a zero-filled gradient gives +0, and so must the fresh write
+    const want = new Float32Array(n);
+    expect(geluBackwardWasm(x, saved, dy, want)).toBe(true);
+    const fresh = new Float32Array(n).fill(Number.NaN);
+    expect(geluBackwardWasm(x, saved, dy, fresh, true)).toBe(true);
+    expectSame('fresh dx', fresh, want);
+    expect(Object.is(fresh[5], 0)).toBe(true);
+  });
+
+  it('Var.freshGrad: an unzeroed buffer the first time (the op writes it whole), then undefined', () => {
+    const v = parameter(new Float32Array(8), [8]);
+    const g = v.freshGrad();
+    expect(g).toBe(v.grad);
+    expect(g?.length).toBe(8);
+    expect(v.freshGrad()).toBeUndefined(); // a grad exists now: ops add into gradBuffer()
+    expect(v.gradBuffer()).toBe(g);
+    // Through the autograd: gelu(linear(x)) writes both fresh grads; the same as float64 Vars.
+    const gen = new Generator(4);
+    const [x0, w0] = [values(gen, 64 * 80, false), values(gen, 96 * 80, false)];
+    const run = (F: Float32ArrayConstructor | Float64ArrayConstructor) => {
+      const x = parameter(F.from(x0), [64, 80]);
+      const w = parameter(F.from(w0), [96, 80]);
+      const y = gelu(linear(x, w));
+      backward(
+        y,
+        Array.from({ length: y.size }, (_, i) => (i % 5) - 2),
+      );
+      return [x.grad!, w.grad!];
+    };
+    const a = run(Float32Array);
+    const r = run(Float64Array);
+    for (let t = 0; t < 2; t++) {
+      let scale = 0;
+      for (const v of r[t]) scale = Math.max(scale, Math.abs(v));
+      for (let i = 0; i < r[t].length; i++)
+        expect(Math.abs(a[t][i] - r[t][i])).toBeLessThanOrEqual(2e-5 * scale);
+    }
   });
 
   it('through the autograd: add, scale and embedding on float32 Vars match their float64 twins', () => {

@@ -82,9 +82,8 @@ export function linear(x: Var, weight: Var, bias?: Var): Var {
     const dy = out.grad!;
     if (x.requiresGrad) {
       // dx += dy·W; a gradient not allocated yet is written whole by the product: no zeros needed.
-      const fresh = x.grad === undefined;
-      if (fresh) x.grad = floatsFor(x.data, x.size);
-      linearGradInput(dy, N, M, weight.data, K, x.grad!, fresh);
+      const fresh = x.freshGrad();
+      linearGradInput(dy, N, M, weight.data, K, fresh ?? x.gradBuffer(), fresh !== undefined);
     }
     if (weight.requiresGrad) linearGradWeight(dy, N, M, x.data, K, weight.gradBuffer()); // dW += dyᵀ·x
     if (bias?.requiresGrad) linearGradBias(dy, N, M, bias.gradBuffer()); // db += colsum(dy)
@@ -289,11 +288,13 @@ function geluValuesSaving(x: Floats, y: Floats, saved: Floats): void {
 /**
  * dx[i] += dy[i]·GELU′(x[i]) from the forward's e = e^(−2u): with σ = 1/(1 + e), d/dx [x·σ(2u)] =
  * σ + 2x·σ(1 − σ)·du/dx, and σ(1 − σ) = e·σ², exact in both tails; it is 0 where e is +∞ (e·σ would be
- * ∞·0 there), so only x = ±∞ (and NaN) give NaN, as in the tanh form.
+ * ∞·0 there), so only x = ±∞ (and NaN) give NaN, as in the tanh form. `fresh`: dx was just allocated
+ * (Var.freshGrad): its contents count as zeros and are never read.
  */
-function geluBackward(x: Floats, saved: Floats, dy: Floats, dx: Floats): void {
-  if (geluBackwardWasm(x, saved, dy, dx)) return;
+function geluBackward(x: Floats, saved: Floats, dy: Floats, dx: Floats, fresh: boolean): void {
+  if (geluBackwardWasm(x, saved, dy, dx, fresh)) return;
   const n = x.length;
+  if (fresh) dx.fill(0);
   for (let i = 0; i < n; i++) {
     const v = x[i];
     const e = saved[i];
@@ -317,7 +318,16 @@ export function gelu(x: Var): Var {
   }
   const saved = floatsFor(X, X.length);
   geluValuesSaving(X, y, saved);
-  const out = opResult(y, x.shape, [x], () => geluBackward(X, saved, out.grad!, x.gradBuffer()), [saved]);
+  const out = opResult(
+    y,
+    x.shape,
+    [x],
+    () => {
+      const fresh = x.freshGrad(); // u = a linear's output: its only gradient is this one
+      geluBackward(X, saved, out.grad!, fresh ?? x.gradBuffer(), fresh !== undefined);
+    },
+    [saved],
+  );
   return out;
 }
 

@@ -80,6 +80,17 @@ export class Var {
     return this.grad;
   }
 
+  /**
+   * For an op that can write a gradient whole rather than add it: if this Var has no grad yet, allocates
+   * one without zeroing it (a released array may hold old floats) and returns it, and the op must then
+   * write every element as if adding to zeros; else undefined (the op adds into gradBuffer()).
+   */
+  freshGrad(): Floats | undefined {
+    if (this.grad) return undefined;
+    this.grad = floatsFor(this.data, this.size);
+    return this.grad;
+  }
+
   /** release's half: the floats this Var holds (data, grad), and it forgets them and its tape. */
   static free(v: Var): Floats[] {
     const held = [v.#data, ...(v.grad ? [v.grad] : []), ...v.saved];

@@ -27,7 +27,7 @@ interface OpsExports {
     g: number,
   ): void;
   geluForward(x: number, y: number, saved: number, n: number): void;
-  geluBackward(x: number, saved: number, dy: number, dx: number, n: number): void;
+  geluBackward(x: number, saved: number, dy: number, dx: number, n: number, acc: number): void;
   lnForward(
     x: number,
     w: number,
@@ -261,8 +261,11 @@ export function geluForwardWasm(x: Floats, y: Floats, saved?: Floats): boolean {
   return streamed('wasm gelu', x.length, arrays, (ex, [px, py, ps], m) => ex.geluForward(px, py, ps ?? 0, m));
 }
 
-/** dx += dy·GELU′(x) from the forward's saved e. False (dx untouched) if WASM cannot serve. */
-export function geluBackwardWasm(x: Floats, saved: Floats, dy: Floats, dx: Floats): boolean {
+/**
+ * dx += dy·GELU′(x) from the forward's saved e; `fresh`: dx was just allocated, its contents count as
+ * zeros and are never read (written as 0 + the product). False (dx untouched) if WASM cannot serve.
+ */
+export function geluBackwardWasm(x: Floats, saved: Floats, dy: Floats, dx: Floats, fresh = false): boolean {
   if (
     !available(x) ||
     !(saved instanceof Float32Array && dy instanceof Float32Array && dx instanceof Float32Array)
@@ -272,10 +275,10 @@ export function geluBackwardWasm(x: Floats, saved: Floats, dy: Floats, dx: Float
     [x, 'in'],
     [saved, 'in'],
     [dy, 'in'],
-    [dx, 'inout'],
+    [dx, fresh ? 'out' : 'inout'],
   ];
   return streamed('wasm gelu', x.length, arrays, (ex, [px, ps, pg, pd], m) =>
-    ex.geluBackward(px, ps, pg, pd, m),
+    ex.geluBackward(px, ps, pg, pd, m, fresh ? 0 : 1),
   );
 }
 
