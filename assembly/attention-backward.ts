@@ -2,15 +2,16 @@
 // one query tile of one head against one key block; JS (src/kernels/wasm-backward.ts) owns the loops.
 // One decision to know: dP = dO·v is summed in f64, because dS = P∘(dP − D) cancels: for a row whose
 // softmax is peaked, dP of its top key is within a rounding of D, and a float32 sum's error becomes most of
-// dS (with dP in f32, a conformance case with logits of ±30 was 11% off on a dk entry). The scores are summed in
-// f32 lanes (their error only scales P by 1 + O(ε)), then s·scale − lse is taken in f64 (the lse may be
+// dS (with dP in f32, a conformance case with logits of ±30 was 11% off on a dk entry). The scores are
+// summed in f32 lanes from q times scale·log2 e, as the forward sums them (so a tiny scale cannot overflow
+// the sum, and the backward's P has the forward's precision), then s − lse is taken in f64 (the lse may be
 // thousands); P, dS and the dQ, dK, dV products are f32. (Scores in f64 too, as before 2026-12-02, cost
 // twice the lanes for no accuracy the tolerances see.)
 //
 // The tile's dS (= ∂loss/∂score = ∂loss/∂bias) is left in memory for the driver to add into dbias.
 //
 // Layouts (row-major, pointers are bytes; EPad, EvPad multiples of 8 with zero padding):
-//   q [rows, EPad] f32   query rows of the tile, as given (unscaled)
+//   q [rows, EPad] f32   query rows of the tile, as given (unscaled); qs the same times scale·log2 e
 //   dO64 [rows, Ev] f64, dO [rows, EvPad] f32  ∂loss/∂out of those rows
 //   lse [rows] f64       log-sum-exp in log2 units (−∞: a row that sees nothing, or a padding row)
 //   D   [rows] f64       rowsum(dO∘O)
@@ -47,12 +48,12 @@ function narrow(lo: v128, hi: v128): v128 {
   return i32x4.shuffle(f32x4.demote_f64x2_zero(lo), f32x4.demote_f64x2_zero(hi), 0, 1, 4, 5);
 }
 
-/** a·m + c of 4 f32 lanes a, computed in f64 (m and c f64x2 splats), rounded once to f32. */
+/** a + c of 4 f32 lanes a, computed in f64 (c an f64x2 splat), rounded once to f32. */
 @inline
-function affine64(a: v128, m: v128, c: v128): v128 {
+function plus64(a: v128, c: v128): v128 {
   const lo = f64x2.promote_low_f32x4(a);
   const hi = f64x2.promote_low_f32x4(i32x4.shuffle(a, a, 2, 3, 2, 3));
-  return narrow(fma2(lo, m, c), fma2(hi, m, c));
+  return narrow(f64x2.add(lo, c), f64x2.add(hi, c));
 }
 
 /**
@@ -99,16 +100,17 @@ function zeroCols(P: usize, dS: usize, row: i32, c0: i32, c1: i32): void {
 /**
  * One query tile (rows i0 … i0 + rows − 1 of one head; rows a multiple of 4, at most BR) against one key
  * block (keys j0 … j0 + cols − 1, cols ≤ BC): P, dS, and dq += dS·K, dk += dSᵀ·Q, dv += Pᵀ·dO.
- * cs = scale·log2 e (scores in log2 units, as lse). band = 0 when the caller's tile class is 'full'
+ * qs: q's rows times scale·log2 e, rounded to f32 (the forward's scaled q: scores in log2 units, as lse,
+ * and no overflow from a tiny scale). band = 0 when the caller's tile class is 'full'
  * (every row sees every key by the band); else each group of 4 rows clips its columns to the band and
  * each key is tested. mask/bias: pointers to element (i0, j0) of the (b, h) slice with element strides
  * (sl, ss), 0 when absent; a mask element 0 blocks, a bias is added to the scaled score (−∞ blocks).
  * The driver has checked every input finite and every sum bounded, and P is at most 1 (x ≤ 0 below).
  */
 export function bwdTile(
-  q: usize, dO64: usize, dO: usize, lse: usize, D: usize, dq: usize,
+  q: usize, qs: usize, dO64: usize, dO: usize, lse: usize, D: usize, dq: usize,
   kt: usize, vt: usize, k: usize, dk: usize, dv: usize, P: usize, dS: usize,
-  rows: i32, cols: i32, E: i32, EPad: i32, Ev: i32, EvPad: i32, cs: f64,
+  rows: i32, cols: i32, E: i32, EPad: i32, Ev: i32, EvPad: i32,
   i0: i32, j0: i32, shift: i32, left: i32, right: i32, band: i32,
   mask: usize, maskSl: i32, maskSs: i32, bias: usize, biasSl: i32, biasSs: i32,
 ): void {
@@ -121,7 +123,6 @@ export function bwdTile(
   const panel64: usize = BC * 8; // row stride of the vt panels (f64)
   const zero = f32x4.splat(0);
   const floor = f32x4.splat(-100.0); // log2 of the smallest P kept
-  const vcs = f64x2.splat(cs);
 
   for (let r0 = 0; r0 < rows; r0 += 4) {
     const lp = lse + (<usize>r0 << 3);
@@ -152,8 +153,8 @@ export function bwdTile(
     const sRow = dS + <usize>r0 * ROW_BYTES;
     const n0 = f64x2.splat(-l0), n1 = f64x2.splat(-l1), n2 = f64x2.splat(-l2), n3 = f64x2.splat(-l3);
 
-    // x = s·cs − lse (log2 units) of 4 rows × 8 keys: s = q·k summed in f32, s·cs − lse in f64, stored as f32.
-    const q0 = q + <usize>r0 * qRow;
+    // x = s − lse (log2 units) of 4 rows × 8 keys: s = qs·k summed in f32, s − lse in f64, stored as f32.
+    const q0 = qs + <usize>r0 * qRow;
     for (let c = cStart; c < cEnd; c += 8) {
       let a00 = zero, a01 = zero, a10 = zero, a11 = zero;
       let a20 = zero, a21 = zero, a30 = zero, a31 = zero;
@@ -174,10 +175,10 @@ export function bwdTile(
         qp += 4;
       }
       const t = pRow + (<usize>c << 2);
-      v128.store(t, affine64(a00, vcs, n0)); v128.store(t, affine64(a01, vcs, n0), 16);
-      v128.store(t, affine64(a10, vcs, n1), ROW_BYTES); v128.store(t, affine64(a11, vcs, n1), ROW_BYTES + 16);
-      v128.store(t, affine64(a20, vcs, n2), 2 * ROW_BYTES); v128.store(t, affine64(a21, vcs, n2), 2 * ROW_BYTES + 16);
-      v128.store(t, affine64(a30, vcs, n3), 3 * ROW_BYTES); v128.store(t, affine64(a31, vcs, n3), 3 * ROW_BYTES + 16);
+      v128.store(t, plus64(a00, n0)); v128.store(t, plus64(a01, n0), 16);
+      v128.store(t, plus64(a10, n1), ROW_BYTES); v128.store(t, plus64(a11, n1), ROW_BYTES + 16);
+      v128.store(t, plus64(a20, n2), 2 * ROW_BYTES); v128.store(t, plus64(a21, n2), 2 * ROW_BYTES + 16);
+      v128.store(t, plus64(a30, n3), 3 * ROW_BYTES); v128.store(t, plus64(a31, n3), 3 * ROW_BYTES + 16);
     }
 
     if (plain) {
@@ -400,6 +401,24 @@ export function bwdAbove(p: usize, n: i32, limit: f32): i32 {
   }
   for (; i < n; i++) if (!(load<f32>(p + (<usize>i << 2)) <= limit)) return 1;
   return v128.any_true(bad) ? 1 : 0;
+}
+
+/**
+ * The largest Σ|x| over `rows` rows of n floats (n a multiple of 4) at p, in f64; NaN if any x is NaN.
+ * Bounds a row's f32 dot products: |error| ≤ n·2⁻²⁴·Σ|q|·max|k|.
+ */
+export function bwdMaxRowAbsSum(p: usize, rows: i32, n: i32): f64 {
+  let worst: f64 = 0;
+  for (let r = 0; r < rows; r++) {
+    const row = p + (<usize>(r * n) << 2);
+    let s = f32x4.splat(0);
+    for (let i = 0; i < n; i += 4) s = f32x4.add(s, f32x4.abs(v128.load(row + (<usize>i << 2))));
+    const sum = <f64>f32x4.extract_lane(s, 0) + <f64>f32x4.extract_lane(s, 1) +
+      <f64>f32x4.extract_lane(s, 2) + <f64>f32x4.extract_lane(s, 3);
+    if (sum != sum) return NaN;
+    worst = max(worst, sum);
+  }
+  return worst;
 }
 
 /** x *= s for the n floats at p (n a multiple of 4). */

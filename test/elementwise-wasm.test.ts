@@ -191,6 +191,15 @@ describe.runIf(hasWasm)('element-wise WASM loops: the JS loops bit for bit', () 
     expect(Object.is(fresh[5], 0)).toBe(true);
   });
 
+  it('GELU arrays of different lengths: not served, nothing written (the JS loop then runs on what it is given)', () => {
+    const n = 65536 + 100;
+    const x = new Float32Array(n).fill(0.5);
+    const dx = new Float32Array(65536 + 10);
+    expect(geluBackwardWasm(x, new Float32Array(n), new Float32Array(n).fill(1), dx)).toBe(false);
+    expect(dx.every((v) => v === 0)).toBe(true);
+    expect(geluForwardWasm(x, new Float32Array(n - 1))).toBe(false);
+  });
+
   it('Var.freshGrad: an unzeroed buffer the first time (the op writes it whole), then undefined', () => {
     const v = parameter(new Float32Array(8), [8]);
     const g = v.freshGrad();

@@ -294,6 +294,35 @@ describe.runIf(probeWasm())('hostile inputs give the reference answer, never a N
     expect(big.fallbacks).toBe(1);
   });
 
+  it('scores summed in float32: a tiny or zero scale does not overflow them, cancelling terms go to float64', () => {
+    // One query row against keys [k0, 0] and values [1, 2] (a review's cases): the scores are summed from q
+    // times scale·log2 e, as the forward sums them, so q·k = 1e40 at scale 1e-40 stays finite.
+    const edit =
+      (q0: number[], k0: number[]) =>
+      ({ q, k, v }: { q: Float32Array; k: Float32Array; v: Float32Array }) => {
+        q.set(q0);
+        k.fill(0);
+        k.set(k0);
+        v.set([1, 2]);
+      };
+    for (const [label, scale, q0, k0] of [
+      ['scale 1e-40, q·k = 1e40', 1e-40, [1e20], [1e20]],
+      ['scale 0, q·k = 4e38', 0, [2e19], [2e19]],
+    ] as const) {
+      const r = run({ shape: [1, 1, 1, 1, 2, 1, 1], options: { scale }, edit: edit([...q0], [...k0]) });
+      expect(failures(label, r)).toEqual([]);
+      expect(r.fallbacks, label).toBe(0);
+    }
+    // q·k = 4097² − 4096·4098 = 1, from terms of 1.7e7 that float32 cannot sum to within 1: float64 runs.
+    const r = run({
+      shape: [1, 1, 1, 1, 2, 2, 1],
+      options: { scale: 1 },
+      edit: edit([4097, 4096], [4097, -4098]),
+    });
+    expect(failures('cancelling terms', r)).toEqual([]);
+    expect(r.fallbacks).toBe(1);
+  });
+
   it('NaN or ∞ in dOut or out of a row sends the task to the float64 kernel (the reference answer)', () => {
     const r = run({
       shape: [1, 2, 1, 8, 8, 4, 4],

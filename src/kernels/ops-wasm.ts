@@ -132,7 +132,8 @@ type Stream = 'in' | 'out' | 'inout';
 /**
  * Streams float32 arrays of n floats through the scratch CHUNK floats at a time: each chunk of the 'in'
  * and 'inout' arrays is copied in, `kernel` runs on the chunk (a pointer per array, in order, and its
- * length), the 'out' and 'inout' ones are copied back. False (nothing written) if WASM cannot serve.
+ * length), the 'out' and 'inout' ones are copied back. False (nothing written) if WASM cannot serve or
+ * an array's length is not n (checked first: a copy cannot fail half-way).
  */
 function streamed(
   op: string,
@@ -140,6 +141,7 @@ function streamed(
   arrays: readonly [Float32Array, Stream][],
   kernel: (ex: OpsExports, ptrs: number[], m: number) => void,
 ): boolean {
+  if (arrays.some(([a]) => a.length !== n)) return false;
   const chunk = Math.min(CHUNK, Math.max(n, 1));
   const bytes = align(chunk * 4);
   return run(op, arrays.length * bytes, (rt, ex) => {

@@ -22,6 +22,7 @@ interface BackwardExports {
   bwdTileRows(): number;
   bwdTile(
     q: number,
+    qs: number,
     dO64: number,
     dO: number,
     lse: number,
@@ -40,7 +41,6 @@ interface BackwardExports {
     EPad: number,
     Ev: number,
     EvPad: number,
-    cs: number,
     i0: number,
     j0: number,
     shift: number,
@@ -63,6 +63,7 @@ interface BackwardExports {
   bwdCopyRows(src: number, rows: number, n: number, dst: number, nPad: number): void;
   bwdJoin(src: number, n: number, dst: number): void;
   bwdScale(p: number, n: number, s: number): void;
+  bwdMaxRowAbsSum(p: number, rows: number, n: number): number;
 }
 
 const UNBOUNDED = 1 << 30;
@@ -130,8 +131,8 @@ class BackwardDriver {
       dMax = Math.max(dMax, Math.abs(d));
     }
 
-    // Memory map (bytes, 16-aligned, from the instance's base): mask | bias | q [G·Lp, EP] | dO64 [G·Lp,
-    // Ev] | dO [G·Lp, EvP] | lse, D [G·Lp] | dq [G·Lp, EP] | kᵀ panels [nB, E, BC] | vᵀ panels [nB, Ev,
+    // Memory map (bytes, 16-aligned, from the instance's base): mask | bias | q, qs [G·Lp, EP] (qs =
+    // q·scale·log2 e) | dO64 [G·Lp, Ev] | dO [G·Lp, EvP] | lse, D [G·Lp] | dq [G·Lp, EP] | kᵀ panels [nB, E, BC] | vᵀ panels [nB, Ev,
     // BC] | k [Sp, EP] | dk [Sp, EP] | dv [Sp, EvP] | P, dS [BR, BC] | stage (rows as copied). f64: dO64,
     // lse, D and the vᵀ panels (dP is summed in f64); f32 else. Everything is written through the f32
     // view and widened in WASM (no float64 view of the memory).
@@ -153,6 +154,7 @@ class BackwardDriver {
       ['mask', 4 * maskFloats],
       ['bias', 4 * biasFloats],
       ['q', 4 * GL * EP],
+      ['qs', 4 * GL * EP],
       ['dO64', 8 * GL * Ev],
       ['dO', 4 * GL * EvP],
       ['lse', 8 * GL],
@@ -240,19 +242,29 @@ class BackwardDriver {
     // Every float32 sum of the task stays finite (and far from overflow), or the task goes to float64.
     // (The f32 copies hold ±∞ where a float64 input is beyond float32's range.)
     const qMax = ex.bwdMaxAbs(at.q, GL * EP);
+    // q times scale·log2 e in float32, as the forward scales it: the scores' operand (a NaN or ±∞ made
+    // by the scaling fails the bound below).
+    const cs = scale * Math.LOG2E;
+    f32.copyWithin(at.qs / 4, at.q / 4, at.q / 4 + GL * EP);
+    ex.bwdScale(at.qs, GL * EP, cs);
+    const qsMax = ex.bwdMaxAbs(at.qs, GL * EP);
+    const qsRowSum = ex.bwdMaxRowAbsSum(at.qs, GL, EP);
     const kMax = ex.bwdMaxAbs(at.k, Sp * EP);
     const vMax = ex.bwdMaxAbs64(at.vt, nB * Ev * BC);
     const gMax = ex.bwdMaxAbs(at.dO, GL * EvP);
-    const cs = scale * Math.LOG2E;
     const dsMax = Ev * gMax * vMax + dMax; // |dS| ≤ |dP − D| as P ≤ 1
     const bounds = [
-      E * qMax * kMax * Math.abs(cs),
+      E * qsMax * kMax,
       dsMax,
       Math.abs(scale) * S * dsMax * kMax,
       Math.abs(scale) * G * L * dsMax * qMax,
       G * L * gMax,
     ];
     if (!bounds.every((x) => x <= SUM_LIMIT)) return false;
+    // A score summed in float32 is off by at most E·2⁻²⁴·Σ|qs|·max|k| (log2 units): past 2⁻¹⁰ (P off by
+    // 7e-4 relative, inside the float32 tolerance), the terms cancel too much for float32 (q = [4097, 4096]
+    // against k = [4097, −4098] at scale 1) and the task goes to float64. Ordinary inputs are far below.
+    if (!(E * qsRowSum * kMax <= 2 ** 14)) return false;
 
     f32.fill(0, at.dq / 4, at.dq / 4 + GL * EP);
     f32.fill(0, at.dk / 4, at.dk / 4 + Sp * EP);
@@ -299,6 +311,7 @@ class BackwardDriver {
           );
           ex.bwdTile(
             at.q + r * EP * 4,
+            at.qs + r * EP * 4,
             at.dO64 + r * Ev * 8,
             at.dO + r * EvP * 4,
             at.lse + r * 8,
@@ -317,7 +330,6 @@ class BackwardDriver {
             EP,
             Ev,
             EvP,
-            cs,
             i0,
             j0,
             p.shift,
