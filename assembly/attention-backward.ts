@@ -404,21 +404,24 @@ export function bwdAbove(p: usize, n: i32, limit: f32): i32 {
 }
 
 /**
- * The largest Σ|x| over `rows` rows of n floats (n a multiple of 4) at p, in f64; NaN if any x is NaN.
- * Bounds a row's f32 dot products: |error| ≤ n·2⁻²⁴·Σ|q|·max|k|.
+ * The largest Euclidean norm over `rows` rows of n floats (n a multiple of 4) at p, in f64 (the squares
+ * summed in f64); NaN if any x is NaN, ∞ if any is ±∞. With Cauchy–Schwarz it bounds a row's f32 dot
+ * products with another row: |error| ≤ n·2⁻²⁴·‖q‖·‖k‖.
  */
-export function bwdMaxRowAbsSum(p: usize, rows: i32, n: i32): f64 {
+export function bwdMaxRowNorm(p: usize, rows: i32, n: i32): f64 {
   let worst: f64 = 0;
   for (let r = 0; r < rows; r++) {
     const row = p + (<usize>(r * n) << 2);
-    let s = f32x4.splat(0);
-    for (let i = 0; i < n; i += 4) s = f32x4.add(s, f32x4.abs(v128.load(row + (<usize>i << 2))));
-    const sum = <f64>f32x4.extract_lane(s, 0) + <f64>f32x4.extract_lane(s, 1) +
-      <f64>f32x4.extract_lane(s, 2) + <f64>f32x4.extract_lane(s, 3);
+    let s = f64x2.splat(0);
+    for (let i = 0; i < n; i += 2) {
+      const x = f64x2.promote_low_f32x4(v128.load64_zero(row + (<usize>i << 2)));
+      s = f64x2.add(s, f64x2.mul(x, x));
+    }
+    const sum = f64x2.extract_lane(s, 0) + f64x2.extract_lane(s, 1);
     if (sum != sum) return NaN;
     worst = max(worst, sum);
   }
-  return worst;
+  return Math.sqrt(worst);
 }
 
 /** x *= s for the n floats at p (n a multiple of 4). */

@@ -159,6 +159,20 @@ describe('item 2: float32 overflow never turns a finite answer into NaN', () => 
       [2, 3, 2, 3],
     );
   });
+  it('a scale whose float32 scale·log2 e is subnormal: the WASM kernel refuses it, auto gives the reference', () => {
+    // q·k = 1e46 at scale 1e-46: scores of 1 and 0 in float64; float32 holds 1e-46·log2 e as 0 or a
+    // subnormal of one or two digits, which would make them 0 or wrong.
+    const q = [[1e23]];
+    const k = [[1e23], [0]];
+    const v = [[1], [2]];
+    for (const scale of [1e-46, 5e-46]) {
+      const ref = sdpa(q, k, v, { scale, kernel: 'reference' });
+      expect(() => sdpa(q, k, v, { scale, kernel: 'wasm' })).toThrow(/subnormal/);
+      const got = sdpa(q, k, v, { scale, kernel: 'auto' });
+      expectAllClose(new Tensor(Float32Array.from(got), [got.length]), ref, { atol: 1e-6, rtol: 1e-5 });
+    }
+  });
+
   it('scores of −1e40 on every key (no key "overflows into blocked")', () => {
     expectEveryKernel(
       [[1e20, 0]],

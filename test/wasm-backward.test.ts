@@ -294,33 +294,43 @@ describe.runIf(probeWasm())('hostile inputs give the reference answer, never a N
     expect(big.fallbacks).toBe(1);
   });
 
-  it('scores summed in float32: a tiny or zero scale does not overflow them, cancelling terms go to float64', () => {
-    // One query row against keys [k0, 0] and values [1, 2] (a review's cases): the scores are summed from q
-    // times scale·log2 e, as the forward sums them, so q·k = 1e40 at scale 1e-40 stays finite.
+  it('scores summed in float32: tiny and zero scales, cancelling terms and dq sums past float32 give the reference', () => {
+    // One query row against two keys (a review's cases): the scores are summed from q times scale·log2 e,
+    // as the forward sums them, so q·k = 4e38 at scale 2e-38 stays finite in WASM.
+    type X = { q: Float32Array; k: Float32Array; v: Float32Array; dOut: Float32Array };
     const edit =
-      (q0: number[], k0: number[]) =>
-      ({ q, k, v }: { q: Float32Array; k: Float32Array; v: Float32Array }) => {
+      (q0: number[], k0: number[], v0 = [1, 2], g0?: number[]) =>
+      ({ q, k, v, dOut }: X) => {
         q.set(q0);
         k.fill(0);
         k.set(k0);
-        v.set([1, 2]);
+        v.set(v0);
+        if (g0) dOut.set(g0);
       };
-    for (const [label, scale, q0, k0] of [
-      ['scale 1e-40, q·k = 1e40', 1e-40, [1e20], [1e20]],
-      ['scale 0, q·k = 4e38', 0, [2e19], [2e19]],
-    ] as const) {
-      const r = run({ shape: [1, 1, 1, 1, 2, 1, 1], options: { scale }, edit: edit([...q0], [...k0]) });
+    const cases: [string, number, number[], number[], number, number[]?, number[]?, number?][] = [
+      ['scale 2e-38, q·k = 4e38', 2e-38, [2e19], [2e19], 0],
+      ['scale 0, q·k = 4e38', 0, [2e19], [2e19], 0],
+      // scale·log2 e is subnormal in float32: its rounding would scale every score wrong.
+      ['scale 1e-40', 1e-40, [1e20], [1e20], 1],
+      // dq = Σ dS·k is summed before the scale: 1e30 · 1e20 overflows whatever the scale.
+      ['dq past float32 at scale 2e-38', 2e-38, [1], [1e20, -1e20], 1, [1e10, -1e10], [1e10]],
+      ['dq past float32 at scale 0', 0, [1], [1e20, -1e20], 1, [1e10, -1e10], [1e10]],
+    ];
+    for (const [label, scale, q0, k0, fallbacks, v0, g0] of cases) {
+      const r = run({ shape: [1, 1, 1, 1, 2, 1, 1], options: { scale }, edit: edit(q0, k0, v0, g0) });
       expect(failures(label, r)).toEqual([]);
-      expect(r.fallbacks, label).toBe(0);
+      expect(r.fallbacks, label).toBe(fallbacks);
     }
-    // q·k = 4097² − 4096·4098 = 1, from terms of 1.7e7 that float32 cannot sum to within 1: float64 runs.
-    const r = run({
-      shape: [1, 1, 1, 1, 2, 2, 1],
-      options: { scale: 1 },
-      edit: edit([4097, 4096], [4097, -4098]),
-    });
-    expect(failures('cancelling terms', r)).toEqual([]);
-    expect(r.fallbacks).toBe(1);
+    // Terms that cancel: q·k = 4097² − 4096·4098 = 1 from terms of 1.7e7, and a milder case whose float32
+    // score is off by 2⁻¹¹: both past the Cauchy–Schwarz bound, so float64 runs.
+    for (const [label, q0, k0, scale] of [
+      ['4097² − 4096·4098', [4097, 4096], [4097, -4098], 1],
+      ['off by 2⁻¹¹', [119.0863037109375, 106.3896484375], [100, -111.9341049194336], Math.LN2],
+    ] as const) {
+      const r = run({ shape: [1, 1, 1, 1, 2, 2, 1], options: { scale }, edit: edit([...q0], [...k0]) });
+      expect(failures(label, r)).toEqual([]);
+      expect(r.fallbacks, label).toBe(1);
+    }
   });
 
   it('NaN or ∞ in dOut or out of a row sends the task to the float64 kernel (the reference answer)', () => {

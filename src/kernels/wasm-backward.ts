@@ -63,7 +63,7 @@ interface BackwardExports {
   bwdCopyRows(src: number, rows: number, n: number, dst: number, nPad: number): void;
   bwdJoin(src: number, n: number, dst: number): void;
   bwdScale(p: number, n: number, s: number): void;
-  bwdMaxRowAbsSum(p: number, rows: number, n: number): number;
+  bwdMaxRowNorm(p: number, rows: number, n: number): number;
 }
 
 const UNBOUNDED = 1 << 30;
@@ -248,7 +248,8 @@ class BackwardDriver {
     f32.copyWithin(at.qs / 4, at.q / 4, at.q / 4 + GL * EP);
     ex.bwdScale(at.qs, GL * EP, cs);
     const qsMax = ex.bwdMaxAbs(at.qs, GL * EP);
-    const qsRowSum = ex.bwdMaxRowAbsSum(at.qs, GL, EP);
+    const qsNorm = ex.bwdMaxRowNorm(at.qs, GL, EP);
+    const kNorm = ex.bwdMaxRowNorm(at.k, Sp, EP);
     const kMax = ex.bwdMaxAbs(at.k, Sp * EP);
     const vMax = ex.bwdMaxAbs64(at.vt, nB * Ev * BC);
     const gMax = ex.bwdMaxAbs(at.dO, GL * EvP);
@@ -256,17 +257,21 @@ class BackwardDriver {
     const bounds = [
       E * qsMax * kMax,
       dsMax,
-      Math.abs(scale) * S * dsMax * kMax,
-      Math.abs(scale) * G * L * dsMax * qMax,
+      // dq and dk are summed before the scale multiplies them: a tiny scale does not shrink their sums.
+      Math.max(1, Math.abs(scale)) * S * dsMax * kMax,
+      Math.max(1, Math.abs(scale)) * G * L * dsMax * qMax,
       G * L * gMax,
     ];
     if (!bounds.every((x) => x <= SUM_LIMIT)) return false;
-    // A score summed in float32 is off by at most E·2⁻²⁴·Σ|qs|·max|k| (log2 units), and typically by √E
-    // times less. Past 2⁻⁸ (P off by 0.3% at worst, by about 1e-4 typically at E = 64) the terms cancel too
-    // much for float32 (q = [4097, 4096] against k = [4097, −4098] at scale 1) and the task goes to
-    // float64. Ordinary and trained inputs stay far below: Σ|qs|·max|k| is a few times the largest |score|,
-    // and the bound allows scores of hundreds (log2 units) at E = 128.
-    if (!(E * qsRowSum * kMax <= 2 ** 16)) return false;
+    // A score summed in float32 is off by at most E·2⁻²⁴·‖qs_i‖·‖k_j‖ (log2 units; Cauchy–Schwarz), and
+    // typically by √E times less. Past 2⁻⁹ (P off by 0.14% at worst, about 1e-4 typically at E = 64) the
+    // terms may cancel too much for float32 (q = [4097, 4096] against k = [4097, −4098] at scale 1) and
+    // the task goes to float64; so does a scale·log2 e that float32 holds only as a subnormal (or 0), whose
+    // rounding would scale every score wrong. Ordinary inputs stay below: causal calls with q and k of
+    // standard deviation 1 or 3 at scale 1/√E ran in WASM for E = 16 … 256, except both at 3 with E = 256
+    // (scores with a standard deviation near 9 nats), which went to float64.
+    const csSubnormal = scale !== 0 && !(Math.abs(Math.fround(cs)) >= 2 ** -126);
+    if (!(E * qsNorm * kNorm <= 2 ** 15) || csSubnormal) return false;
 
     f32.fill(0, at.dq / 4, at.dq / 4 + GL * EP);
     f32.fill(0, at.dk / 4, at.dk / 4 + Sp * EP);

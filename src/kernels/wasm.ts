@@ -1153,6 +1153,11 @@ export const wasmKernel: AttentionKernel = {
     if (ok !== true) return ok;
     // Exact backward passes and gradient checks ask for float64 scores and log-sum-exp.
     if (p.precision === 'float64') return 'it computes scores in float32; this call asks for float64';
+    // q is scaled by scale·log2 e in float32: a factor float32 holds only as a subnormal loses its digits.
+    // (A scale of exactly 0 is exact: every score is 0.)
+    if (p.scale !== 0 && !(Math.abs(Math.fround(p.scale * Math.LOG2E)) >= 2 ** -126)) {
+      return `its float32 scale·log2 e (${p.scale} · log2 e) would be subnormal or 0 and lose digits`;
+    }
     if (p.flex) return flexSupport(p, p.flex);
     return true;
   },
