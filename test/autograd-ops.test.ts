@@ -453,6 +453,18 @@ describe('embedding, splitLast, add and scale vs plain loops', () => {
       }
     });
 
+    it(`${dtype}: linear with K = 0 (no input features) gives the bias on every row, as PyTorch's Linear`, () => {
+      const x = param([], [2, 0], dtype);
+      const w = param([], [3, 0], dtype);
+      const b = param([1, 2, 3], [3], dtype);
+      const y = linear(x, w, b);
+      expect(y.shape).toEqual([2, 3]);
+      expect(Array.from(y.data)).toEqual([1, 2, 3, 1, 2, 3]);
+      backward(y);
+      expect(Array.from(b.grad!)).toEqual([2, 2, 2]);
+      expect(x.grad?.length ?? 0).toBe(0);
+    });
+
     it(`${dtype}: dropout draws one number per element, as the plain loop`, () => {
       for (const D of WIDTHS) {
         const gen = new Generator(9);

@@ -76,7 +76,7 @@ export function linear(x: Var, weight: Var, bias?: Var): Var {
       `linear: x ${fmt(x.shape)}, weight ${fmt(weight.shape)}${bias ? `, bias ${fmt(bias.shape)}` : ''}: need x [..., K], weight [M, K], bias [M]`,
     );
   }
-  const N = x.size / K;
+  const N = x.shape.slice(0, -1).reduce((n, d) => n * d, 1); // rows (x.size / K, but K may be 0)
   const y = gemmLinear(x.data, N, K, weight.data, 0, M, bias?.data, 0, floatsFor(x.data, N * M));
   const out = opResult(y, [...x.shape.slice(0, -1), M], bias ? [x, weight, bias] : [x, weight], () => {
     const dy = out.grad!;
