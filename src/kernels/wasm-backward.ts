@@ -132,10 +132,10 @@ class BackwardDriver {
     }
 
     // Memory map (bytes, 16-aligned, from the instance's base): mask | bias | q, qs [G·Lp, EP] (qs =
-    // q·scale·log2 e) | dO64 [G·Lp, Ev] | dO [G·Lp, EvP] | lse, D [G·Lp] | dq [G·Lp, EP] | kᵀ panels [nB, E, BC] | vᵀ panels [nB, Ev,
-    // BC] | k [Sp, EP] | dk [Sp, EP] | dv [Sp, EvP] | P, dS [BR, BC] | stage (rows as copied). f64: dO64,
-    // lse, D and the vᵀ panels (dP is summed in f64); f32 else. Everything is written through the f32
-    // view and widened in WASM (no float64 view of the memory).
+    // q·scale·log2 e) | dO64 [G·Lp, Ev] | dO [G·Lp, EvP] | lse, D [G·Lp] | dq [G·Lp, EP] | kᵀ panels
+    // [nB, E, BC] | vᵀ panels [nB, Ev, BC] | k [Sp, EP] | dk [Sp, EP] | dv [Sp, EvP] | P, dS [BR, BC] |
+    // stage (rows as copied). f64: dO64, lse, D and the vᵀ panels (dP is summed in f64); f32 else.
+    // Everything is written through the f32 view and widened in WASM (no float64 view of the memory).
     // Each head's rows are padded to Lp (padding rows: lse −∞, so they contribute nothing).
     const Lp = pad(L, 4);
     const EP = pad(E, 8);
