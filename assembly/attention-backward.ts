@@ -434,47 +434,37 @@ export function bwdScale(p: usize, n: i32, s: f32): void {
 }
 
 /**
- * Rows [rows, n] of f32 at src → panels of BC rows transposed: panel P = [n, BC] holding rows P·BC …
- * P·BC + BC − 1 (rows past `rows` are 0). The kt and vt layouts of `bwdTile`.
+ * Rows [rows, n] of f32 at src → panels of BC rows transposed, stored as T (f32, or widened to f64):
+ * panel P = [n, BC] holding rows P·BC … P·BC + BC − 1 (rows past `rows` are 0).
  */
-export function bwdTranspose(src: usize, rows: i32, n: i32, dst: usize): void {
+@inline
+function transposePanels<T>(src: usize, rows: i32, n: i32, dst: usize): void {
+  const size = <usize>sizeof<T>();
   const panels = (rows + BC - 1) / BC;
   for (let p = 0; p < panels; p++) {
-    const base = dst + <usize>p * <usize>n * BC * 4;
+    const base = dst + <usize>p * <usize>n * BC * size;
     const r0 = p * BC;
     const m = min(BC, rows - r0);
     for (let e = 0; e < n; e++) {
-      const row = base + <usize>e * BC * 4;
+      const row = base + <usize>e * BC * size;
       let from = src + (<usize>(r0 * n + e) << 2);
       for (let r = 0; r < m; r++) {
-        store<f32>(row + (<usize>r << 2), load<f32>(from));
+        store<T>(row + <usize>r * size, <T>load<f32>(from));
         from += <usize>n << 2;
       }
-      memory.fill(row + (<usize>m << 2), 0, <usize>(BC - m) << 2);
+      memory.fill(row + <usize>m * size, 0, <usize>(BC - m) * size);
     }
   }
 }
 
-/**
- * Rows [rows, n] of f32 at src → panels of BC rows transposed and widened to f64: panel P = [n, BC]
- * holding rows P·BC … P·BC + BC − 1 (rows past `rows` are 0). The kt and vt layouts of `bwdTile`.
- */
+/** The kt layout of `bwdTile`: transposePanels in f32. */
+export function bwdTranspose(src: usize, rows: i32, n: i32, dst: usize): void {
+  transposePanels<f32>(src, rows, n, dst);
+}
+
+/** The vt layout of `bwdTile`: transposePanels widened to f64. */
 export function bwdTransposeWiden(src: usize, rows: i32, n: i32, dst: usize): void {
-  const panels = (rows + BC - 1) / BC;
-  for (let p = 0; p < panels; p++) {
-    const base = dst + <usize>p * <usize>n * BC * 8;
-    const r0 = p * BC;
-    const m = min(BC, rows - r0);
-    for (let e = 0; e < n; e++) {
-      const row = base + <usize>e * BC * 8;
-      let from = src + (<usize>(r0 * n + e) << 2);
-      for (let r = 0; r < m; r++) {
-        store<f64>(row + (<usize>r << 3), <f64>load<f32>(from));
-        from += <usize>n << 2;
-      }
-      memory.fill(row + (<usize>m << 3), 0, <usize>(BC - m) << 3);
-    }
-  }
+  transposePanels<f64>(src, rows, n, dst);
 }
 
 /**

@@ -552,7 +552,7 @@ export function addWasm(a: Floats, b: Floats, y: Floats): boolean {
  */
 export function scaleWasm(x: Floats, y: Floats, c: number, acc: boolean): boolean {
   const n = x.length;
-  if (n < ELEMENTWISE_MIN || !available(x) || !(y instanceof Float32Array) || y.length !== n) return false;
+  if (n < ELEMENTWISE_MIN || !available(x) || !(y instanceof Float32Array)) return false; // lengths: streamed
   const arrays: [Float32Array, Stream][] = [
     [x, 'in'],
     [y, acc ? 'inout' : 'out'],
@@ -585,15 +585,7 @@ export function adamwWasm(
   k: AdamWConstants,
 ): boolean {
   const n = w.length;
-  if (
-    n < ELEMENTWISE_MIN ||
-    !available(w) ||
-    !(g instanceof Float32Array) ||
-    g.length !== n ||
-    m.length !== n ||
-    v.length !== n
-  )
-    return false;
+  if (n < ELEMENTWISE_MIN || !available(w) || !(g instanceof Float32Array)) return false; // lengths: streamed
   const arrays: [Float32Array, Stream][] = [
     [w, 'inout'],
     [g, 'in'],
