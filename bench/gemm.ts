@@ -9,8 +9,9 @@
 //   npm run build && npx tsc -p bench/tsconfig.json && node bench/dist/gemm.js [--rounds 15] [--quick]
 
 import { spawnSync } from 'node:child_process';
-import { loadavg } from 'node:os';
+import { availableParallelism, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
+import { parentPort, Worker } from 'node:worker_threads';
 import { RELAXED_SIMD_FLAG } from './jobs.js';
 
 type GemmModule = typeof import('../dist/kernels/gemm.js');
@@ -329,11 +330,50 @@ function measure(
   return { rows, peak: peaks.length ? median(peaks) : undefined };
 }
 
+/** Samples the probe takes per core in peakAllCores (the median is kept). */
+const ALL_CORES_SAMPLES = 5;
+
+/**
+ * The plain SIMD128 peak per core while every core runs the probe at once: this thread and a worker per
+ * other core sample it together (workers compile it first, then all start on one message), the median
+ * of every thread's samples. Read against the one-core peak, it bounds how a kernel at the peak can scale
+ * with threads on this machine (cores that share a physical core or a power budget slow each other).
+ */
+async function peakAllCores(): Promise<number | undefined> {
+  const probe = await peakProbe(false);
+  const cores = availableParallelism();
+  if (!probe || cores < 2) return undefined;
+  const self = fileURLToPath(import.meta.url);
+  const workers = Array.from({ length: cores - 1 }, () => new Worker(self, { argv: ['--peak-worker'] }));
+  try {
+    const message = (w: Worker) =>
+      new Promise<unknown>((resolve, reject) => {
+        w.once('message', resolve);
+        w.once('error', reject);
+      });
+    const ready = await Promise.all(workers.map(message));
+    if (ready.some((r) => r !== 'ready')) return undefined;
+    const results = workers.map(message);
+    for (const w of workers) w.postMessage('go');
+    const samples = Array.from({ length: ALL_CORES_SAMPLES }, () => probe());
+    for (const r of await Promise.all(results)) samples.push(...(r as number[]));
+    return median(samples);
+  } finally {
+    for (const w of workers) void w.terminate();
+  }
+}
+
 const args = process.argv.slice(2);
 const rounds = Number(args[args.indexOf('--rounds') + 1]) || (args.includes('--quick') ? 5 : 15);
 const shapes = args.includes('--quick') ? SHAPES.filter((_, i) => i % 3 === 0) : SHAPES;
 
-if (args.includes('--child-fma')) {
+if (args.includes('--peak-worker')) {
+  // One of peakAllCores' workers: compile the probe, say so, sample it when told.
+  const port = parentPort;
+  const probe = await peakProbe(false);
+  port?.postMessage(probe ? 'ready' : 'unavailable');
+  port?.once('message', () => port.postMessage(Array.from({ length: ALL_CORES_SAMPLES }, () => probe?.())));
+} else if (args.includes('--child-fma')) {
   // The relaxed-SIMD build: only qkv's row, reported to the parent as JSON.
   const { rows, peak } = measure(
     [{ ...qkvWasm, name: 'qkv wasm-fma' }],
@@ -373,8 +413,13 @@ if (args.includes('--child-fma')) {
     `qkv build ${runtime.wasmVariant}; FMA child: ${fma?.variant ?? child.stderr.trim()}; load ${load0} → ${load1}`,
   );
   const gf = (x?: number) => (x === undefined ? 'not measured' : `${x.toFixed(1)} GFLOP/s`);
+  const alone = await peakProbe(false).then((p) => p && median(Array.from({ length: ALL_CORES_SAMPLES }, p)));
+  const allCores = await peakAllCores();
   console.log(
-    `SIMD128 peak of one core (chains of c·a + b in registers, sampled every round beside the rows): plain multiply + add ${gf(plainPeak)}, FMA ${gf(fma?.fmaPeak)}\n`,
+    `SIMD128 peak of one core (chains of c·a + b in registers, sampled every round beside the rows): plain multiply + add ${gf(plainPeak)}, FMA ${gf(fma?.fmaPeak)}`,
+  );
+  console.log(
+    `plain peak per core with all ${availableParallelism()} cores running it at once (${ALL_CORES_SAMPLES} samples each, median): ${gf(allCores)}; the same on one core just before: ${gf(alone)}\n`,
   );
   console.log(`| shape | M×N×K | ${impls.join(' | ')} | qkv ÷ JS | qkv ÷ tfjs |`);
   console.log(`| --- | --- |${impls.map(() => ' ---: |').join('')} ---: | ---: |`);

@@ -14,9 +14,14 @@ export interface Row {
   shape: Config;
   status: RowStatus;
   message?: string;
-  /** Median of the timed runs. */
+  /** Median of the timed runs; for a row a target compares, the median of its rounds' medians. */
   ms?: number;
   timesMs: number[];
+  /**
+   * Rows a speed target compares (see SPEED_TARGETS): each round's median, the grid's run first (see
+   * TARGET_ROUNDS); absent for other rows and in results saved before rounds.
+   */
+  roundsMs?: number[];
   gflops?: number;
   peakRssMB?: number;
   maxAbsError?: number;
@@ -226,11 +231,25 @@ export const SPEED_TARGETS = [
 ] as const;
 const SPEED_TARGET_RATIO = 1.5;
 
-/** The speed targets as markdown (rows whose qkv or peer row was not measured are left out). */
+/** The rows the speed targets compare on `config`'s label, each named once, qkv row before its peer. */
+export function targetRowNames(config: string): string[] {
+  const names: string[] = [];
+  for (const t of SPEED_TARGETS) {
+    if (t.config !== config) continue;
+    for (const name of [t.qkv, t.peer]) if (!names.includes(name)) names.push(name);
+  }
+  return names;
+}
+
+/**
+ * The speed targets as markdown (rows whose qkv or peer row was not measured are left out), with each
+ * round's ratio where the rows ran in rounds.
+ */
 export function targetsMarkdownTable(rows: Row[]): string {
+  const rounds = rows.some((r) => (r.roundsMs?.length ?? 0) > 1);
   const lines = [
-    '| target: qkv ≥ 1.5× onnxruntime-web | qkv row | qkv ms | onnxruntime-web ms | ratio | met |',
-    '| --- | --- | ---: | ---: | ---: | --- |',
+    `| target: qkv ≥ 1.5× onnxruntime-web | qkv row | qkv ms | onnxruntime-web ms | ratio | met |${rounds ? ' each round |' : ''}`,
+    `| --- | --- | ---: | ---: | ---: | --- |${rounds ? ' --- |' : ''}`,
   ];
   for (const t of SPEED_TARGETS) {
     const find = (name: string) => rows.find((r) => r.implementation === name && r.config === t.config);
@@ -239,8 +258,11 @@ export function targetsMarkdownTable(rows: Row[]): string {
     if (qkv?.ms === undefined || peer?.ms === undefined) continue;
     const ratio = peer.ms / qkv.ms;
     const met = ratio >= SPEED_TARGET_RATIO ? '✓' : '✗';
+    const each = rounds
+      ? ` ${roundsCell(roundRatios(qkv.roundsMs, peer.roundsMs), SPEED_TARGET_RATIO)} |`
+      : '';
     lines.push(
-      `| ${t.label} | ${t.qkv} | ${formatMs(qkv.ms)} | ${formatMs(peer.ms)} (${t.peer}) | ${ratio.toFixed(2)}× | ${met} |`,
+      `| ${t.label} | ${t.qkv} | ${formatMs(qkv.ms)} | ${formatMs(peer.ms)} (${t.peer}) | ${ratio.toFixed(2)}× | ${met} |${each}`,
     );
   }
   return lines.join('\n');

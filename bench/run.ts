@@ -40,8 +40,11 @@ import {
   finishRow,
   type Machine,
   machineLine,
+  median,
   newRow,
   type Row,
+  TABLE_ROUNDS,
+  targetRowNames,
   targetsMarkdownTable,
   toJson,
 } from './results.js';
@@ -213,6 +216,60 @@ async function measureRow({ impl, config, memoryLimitMB }: Planned, ctx: RunCont
   return row;
 }
 
+/** A speed target's rows in the order a round runs them: qkv sync, its peer, its FMA row; then 2 threads. */
+function targetRank({ impl }: Row): number {
+  if (impl.kind === 'qkv') return 10 * impl.threads + (impl.relaxed ? 2 : 0);
+  return 10 * impl.threads + 1;
+}
+
+/**
+ * Runs the rows the speed targets compare (P1) again, so that each has TABLE_ROUNDS rounds, the grid's
+ * run the first: the rows of a config back to back, each qkv row next to its peer and every other round
+ * in reverse order, so a machine whose speed drifts moves a row and its peer together (in the grid, a
+ * row and its peer run minutes apart). A row's ms becomes the median of its rounds' medians; a round
+ * that does not pass (wrong, timeout) sets the row's status, so it reports no speed.
+ */
+async function runTargetRounds(rows: Row[], plan: Planned[], ctx: RunContext): Promise<void> {
+  const targets: { row: Row; planned: Planned }[] = [];
+  for (const config of new Set(rows.map((r) => r.config))) {
+    for (const name of targetRowNames(config)) {
+      const i = rows.findIndex(
+        (r) => r.implementation === name && r.config === config && r.memoryLimitMB === undefined,
+      );
+      if (i >= 0 && rows[i].ms !== undefined) targets.push({ row: rows[i], planned: plan[i] });
+    }
+  }
+  if (targets.length < 2) return;
+  targets.sort((a, b) => targetRank(a.row) - targetRank(b.row));
+  for (const { row } of targets) row.roundsMs = [row.ms as number];
+  for (let round = 1; round < TABLE_ROUNDS; round++) {
+    for (const { row, planned } of round % 2 ? [...targets].reverse() : targets) {
+      if (row.status !== 'ok') continue;
+      const again = await measureRow(planned, ctx);
+      if (again.peakRssMB !== undefined) row.peakRssMB = Math.max(row.peakRssMB ?? 0, again.peakRssMB);
+      if (again.maxAbsError !== undefined)
+        row.maxAbsError = Math.max(row.maxAbsError ?? 0, again.maxAbsError);
+      if (again.status !== 'ok' || again.ms === undefined) {
+        row.status = again.status === 'ok' ? 'failed' : again.status;
+        row.message = again.message ?? 'no timed runs';
+        row.ms = undefined;
+        row.gflops = undefined;
+        console.log(
+          `  ${row.implementation}  ${row.config} (round ${round + 1}/${TABLE_ROUNDS})  ${row.status}`,
+        );
+        continue;
+      }
+      row.timesMs.push(...again.timesMs);
+      row.roundsMs?.push(again.ms);
+      row.ms = median(row.roundsMs ?? []);
+      row.gflops = flops(row.shape) / row.ms / 1e6;
+      console.log(
+        `  ${row.implementation}  ${row.config} (round ${round + 1}/${TABLE_ROUNDS})  ${again.ms.toFixed(1)} ms`,
+      );
+    }
+  }
+}
+
 /** The attention grid and the memory targets: runs, prints, returns the rows. */
 async function runAttention(args: Args, relaxedRows: boolean, ortNodeInstalled: boolean): Promise<Row[]> {
   const selected = (impl: Impl, c: Config) =>
@@ -242,6 +299,7 @@ async function runAttention(args: Args, relaxedRows: boolean, ortNodeInstalled: 
       const c = cells(row);
       console.log(`  ${c[0]}  ${c[1]}  ${row.ms === undefined ? c[2] : `${c[2]} ms, ${c[3]} GFLOP/s`}`);
     }
+    if (!args.quick) await runTargetRounds(rows, plan, context);
   } finally {
     rmSync(context.scratch, { recursive: true, force: true });
   }
