@@ -57,7 +57,9 @@ export interface AsyncBackwardOptions extends AttentionBackwardOptions {
 
 /**
  * `scaledDotProductAttention` on worker threads: same arguments, semantics and result, as a Promise.
- * Rejects with the worker's original message if a kernel fails inside a worker.
+ * Rejects with the worker's original message if a kernel fails inside a worker. The inputs are read after
+ * the call returns (copied for the workers when a buffer is free): leave them unchanged until the promise
+ * settles.
  *
  * @example
  * const out = await scaledDotProductAttentionAsync(q, k, v, { causal: true, threads: 2 });

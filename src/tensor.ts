@@ -75,6 +75,17 @@ export class Tensor<D extends DType = 'float32'> {
         `Tensor: data has ${data.length} elements but shape ${formatShape(shape)} needs ${size}`,
       );
     }
+    // A typed array from another realm becomes a view of this realm over the same memory (not a copy),
+    // so every `instanceof Float32Array` downstream (kernel choice, the thread protocol) takes it.
+    if (!(data instanceof Float32Array || data instanceof Uint16Array)) {
+      const view = data as ArrayBufferView & { length: number };
+      const buffer = view.buffer as ArrayBuffer; // or a SharedArrayBuffer: both construct views
+      data = (
+        dtype === 'float16'
+          ? new Uint16Array(buffer, view.byteOffset, view.length)
+          : new Float32Array(buffer, view.byteOffset, view.length)
+      ) as DataOf<D>;
+    }
     this.data = fixedLength(data);
     this.shape = Object.freeze([...shape]);
     this.dtype = dtype;

@@ -114,3 +114,13 @@ export async function expectOneThreadWarning<T>(fn: string, calls: () => Promise
     warn.mockRestore();
   }
 }
+
+/** The error `f` throws (fails the test if it returns). */
+export function thrown(f: () => unknown): Error {
+  try {
+    f();
+  } catch (err) {
+    return err as Error;
+  }
+  throw new Error('expected a throw');
+}

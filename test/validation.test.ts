@@ -20,21 +20,12 @@ import {
 import { TinyTransformer, type TransformerConfig } from '../src/model/transformer.js';
 import { formatValue } from '../src/shape.js';
 import { Trainer, type TrainerOptions } from '../src/train/trainer.js';
+import { thrown } from './helpers.js';
 
 /** A regex that matches a message containing every part (in any order), each taken literally. */
 function all(...parts: string[]): RegExp {
   const esc = (p: string) => p.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
   return new RegExp(`^${parts.map((p) => `(?=[\\s\\S]*${esc(p)})`).join('')}`);
-}
-
-/** The error `f` throws (fails the test if it returns). */
-function thrown(f: () => unknown): Error {
-  try {
-    f();
-  } catch (err) {
-    return err as Error;
-  }
-  throw new Error('expected a throw');
 }
 
 const SDPA = 'scaledDotProductAttention:';

@@ -307,6 +307,8 @@ export class MultiHeadAttention {
    * `forward` on worker threads: the projections split by rows and the heads' attention split by row
    * blocks over a runtime's workers (the entry's default runtime unless `runtime` is given). Resolves to
    * the same result as `forward`, bit for bit; runs inline when the call is small or workers cannot run.
+   * The inputs and the layer's weights are read after the call returns: leave them unchanged until the
+   * promise settles.
    *
    * @example
    * const { output } = await mha.forwardAsync(x, x, x, { causal: true, threads: 2 });
@@ -375,7 +377,9 @@ export class MultiHeadAttention {
     const heads = split.merge(out);
     const final = linearPart(heads, p.outProjWeight, p.outProjBias);
     await ops.gemm(FORWARD_ASYNC, [final], threads);
-    return c.result(new Tensor(final.c, [B, L, this.embedDim]), weights && new Tensor(weights, [B, H, L, S]));
+    // [B, H, L, S] with S the keys attended: with a cache, every key it holds, not this call's.
+    const weightsShape = split.plan.weightsShape;
+    return c.result(new Tensor(final.c, [B, L, this.embedDim]), weights && new Tensor(weights, weightsShape));
   }
 
   /**
@@ -440,6 +444,7 @@ export class MultiHeadAttention {
     }
     const { numHeads: H, embedDim: D } = this;
     const { needWeights = false, cache, layer, ...attention } = options;
+    checkBoolean(fn, 'needWeights', needWeights);
     if (cache !== undefined && !(cache instanceof KVCache)) {
       throw new TypeError(`${fn}: cache must be a KVCache, got ${formatValue(cache)}`);
     }
@@ -465,7 +470,8 @@ export class MultiHeadAttention {
       cache: cache && { cache, layer: layer as number },
       result: (out: Tensor, weights: Tensor | undefined): MultiHeadForwardResult => ({
         output: batched ? out : new Tensor(out.data, [L, D]),
-        weights: weights && (batched ? weights : new Tensor(weights.data, [H, L, S])),
+        // [B, H, L, S] → [H, L, S]; S from the weights, which with a cache cover every key it holds.
+        weights: weights && (batched ? weights : new Tensor(weights.data, weights.shape.slice(1))),
       }),
     };
   }

@@ -134,7 +134,13 @@ export function attention(
   if (q.shape.length !== 3 || k.shape.length !== 3 || v.shape.length !== 3) {
     throw new RangeError(`${FN}: q, k and v must be [B, L, H·E] (${shapes})`);
   }
-  if (!(Hq >= 1 && Hkv >= 1) || QW % Hq !== 0 || KW % Hkv !== 0 || VW % Hkv !== 0) {
+  if (k.shape[0] !== B || v.shape[0] !== B || v.shape[1] !== S) {
+    throw new RangeError(`${FN}: k and v must be [B, S, ·] with q's batch B and one length S (${shapes})`);
+  }
+  if (!(Number.isInteger(Hq) && Hq >= 1 && Number.isInteger(Hkv) && Hkv >= 1)) {
+    throw new RangeError(`${FN}: numHeads and numKvHeads must be positive integers, got ${Hq} and ${Hkv}`);
+  }
+  if (QW % Hq !== 0 || KW % Hkv !== 0 || VW % Hkv !== 0) {
     throw new RangeError(`${FN}: widths must split into ${Hq} query and ${Hkv} key/value heads (${shapes})`);
   }
   const E = QW / Hq;
@@ -207,7 +213,7 @@ export function splitPacked<T extends Float32Array | Float64Array>(
   alloc?: (length: number) => T,
 ): { B: number; L: number; E: number; rotate: HeadRotation | undefined; q: T; k: T; v: T } {
   const [B, L, W3] = shape;
-  if (shape.length !== 3 || !(H >= 1) || W3 % (3 * H) !== 0) {
+  if (shape.length !== 3 || !(Number.isInteger(H) && H >= 1) || W3 % (3 * H) !== 0) {
     throw new RangeError(
       `${fn}: packed qkv [${shape}] must be [B, L, 3·H·E] for ${H} heads (q | k | v per row)`,
     );

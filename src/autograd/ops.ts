@@ -163,6 +163,7 @@ export function scale(x: Var, c: number): Var {
  * numbers per row (mean, rstd), not x̂: backward recomputes x̂ = (x − mean)·rstd from x.
  */
 export function layerNorm(x: Var, weight: Var, bias: Var, eps = 1e-5): Var {
+  if (x.shape.length === 0) throw new RangeError('layerNorm: x [] must have at least one axis [..., D]');
   const D = x.shape[x.shape.length - 1];
   if (weight.size !== D || bias.size !== D) {
     throw new RangeError(
@@ -473,6 +474,16 @@ export function dropout(x: Var, p: number, generator: Generator): Var {
  */
 export function crossEntropy(logits: Var, targets: Int32Array, ignoreIndex = -1): Var {
   const C = logits.shape[logits.shape.length - 1];
+  if (logits.shape.length === 0 || !(C >= 1)) {
+    throw new RangeError(
+      `crossEntropy: logits ${fmt(logits.shape)} must be [..., C] with at least one class`,
+    );
+  }
+  // Targets are int32: an ignoreIndex that is not one could never match a target (and the WASM loop would
+  // read it as a different int32), so it is refused, as PyTorch's ignore_index is an int.
+  if (!(Number.isInteger(ignoreIndex) && ignoreIndex >= -(2 ** 31) && ignoreIndex < 2 ** 31)) {
+    throw new RangeError(`crossEntropy: ignoreIndex must be an int32, got ${ignoreIndex}`);
+  }
   const N = logits.size / C;
   if (targets.length !== N) {
     throw new RangeError(

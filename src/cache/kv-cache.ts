@@ -364,6 +364,16 @@ export class KVCache {
   }
 
   /**
+   * Internal (the model's cached forward): the keys `layer` would hold after an update of `newTokens`
+   * tokens (the S its attention then runs over), so a call can be checked before it changes the cache.
+   */
+  heldAfter(layer: number, newTokens: number): number {
+    const st = this.#layer('KVCache.update', layer); // checked on the update's behalf, named as it
+    const length = st.length + newTokens;
+    return this.window === undefined ? length : Math.min(length, this.window - 1 + newTokens);
+  }
+
+  /**
    * Internal (the model's cached forward): the storage of `layer` as the kernels read it, for
    * planStoredAttention — keys 0 … S − 1 are the keys the layer holds (its last update's), oldest first.
    */

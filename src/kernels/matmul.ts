@@ -144,8 +144,9 @@ export function linearGradInput(
   for (let n = 0; n < N; n++) {
     row.fill(0);
     for (let m = 0; m < M; m++) {
+      // No skip of g = 0: 0·NaN and 0·∞ are NaN, as in the float32 GEMM and PyTorch (a NaN padding row
+      // of x whose target is ignored makes dW NaN there too).
       const g = dy[n * M + m];
-      if (g === 0) continue; // padding rows and ignored targets give whole rows of zeros
       const wBase = m * K;
       for (let k = 0; k < K; k++) row[k] += g * W[wBase + k];
     }
@@ -167,8 +168,7 @@ export function linearGradWeight(dy: Floats, N: number, M: number, x: Floats, K:
   for (let n = 0; n < N; n++) {
     const xBase = n * K;
     for (let m = 0; m < M; m++) {
-      const g = dy[n * M + m];
-      if (g === 0) continue;
+      const g = dy[n * M + m]; // no skip of g = 0 (see linearGradInput)
       const wBase = m * K;
       for (let k = 0; k < K; k++) dW[wBase + k] += g * x[xBase + k];
     }

@@ -3,7 +3,12 @@
 // what its autograd twin computes (float64 sums, the same order), so a Tensor forward and a Var forward
 // of the same weights agree bit for bit (test/block.test.ts) — the trace shows what training computed.
 
-import { type AttentionOptions, type AttentionPlan, planAttention } from '../attention/plan.js';
+import {
+  type AttentionOptions,
+  type AttentionPlan,
+  checkBroadcast,
+  planAttention,
+} from '../attention/plan.js';
 import { runKernel } from '../attention/sdpa.js';
 import { splitPacked } from '../autograd/attention.js';
 import { geluValues, layerNormValues } from '../autograd/ops.js';
@@ -11,7 +16,7 @@ import { type KVCache, planCachedAttention } from '../cache/kv-cache.js';
 import { linear as gemm, swapMiddle } from '../kernels/matmul.js';
 import { checkRopeArgs, ropeTable, rotateHalfHeads } from '../position/rope.js';
 import type { Generator } from '../random.js';
-import { sizeOf } from '../shape.js';
+import { formatShape, sizeOf } from '../shape.js';
 import { Tensor } from '../tensor.js';
 import type { BlockOps } from './block.js';
 
@@ -71,6 +76,12 @@ export function splitHeadsCached(
   const qh = new Tensor(swapMiddle(q.data, B, L, H, E), [B, H, L, E]);
   const kh = new Tensor(swapMiddle(k.data, B, Lk, Hkv, k.shape[2] / Hkv), [B, Hkv, Lk, k.shape[2] / Hkv]);
   const vh = new Tensor(swapMiddle(v.data, B, Lk, Hkv, Ev), [B, Hkv, Lk, Ev]);
+  // A call that throws leaves the cache as it was: the mask and bias are checked against the keys the
+  // layer will hold before the update (update checks its own arguments before it changes anything).
+  const S = cache.heldAfter(layer, Lk);
+  const shapes = `query ${formatShape(qh.shape)}, the cache's keys after this step [${B}, ${Hkv}, ${S}, ·]`;
+  checkBroadcast(caller, 'mask', options.mask, [B, H, L, S], '[B, H, L, S]', shapes);
+  checkBroadcast(caller, 'bias', options.bias, [B, H, L, S], '[B, H, L, S]', shapes);
   cache.update(layer, kh, vh);
   return {
     plan: planCachedAttention(caller, qh, cache, layer, options),

@@ -12,6 +12,7 @@
 // ropeBase 10000 are not enumerable; positions: 'rope' (no table: each block rotates every head's q and k
 // by its absolute position, block.ts's attend) is an ordinary field, and so is a ropeBase other than 10000.
 
+import { checkBroadcast } from '../attention/plan.js';
 import { add, embedding, layerNorm, linear, scale } from '../autograd/ops.js';
 import { constant, type Floats, parameter, type Var } from '../autograd/var.js';
 import { KVCache } from '../cache/kv-cache.js';
@@ -26,7 +27,7 @@ import {
   checkOptionNames,
   formatValue,
 } from '../shape.js';
-import { Tensor } from '../tensor.js';
+import { type DType, Tensor, type TensorLike, toTensor } from '../tensor.js';
 import { transformerBlock } from './block.js';
 import { tensorOps } from './ops-tensor.js';
 import { varOps } from './ops-var.js';
@@ -96,7 +97,10 @@ export interface GenerateOptions extends SamplingOptions {
   useCache?: boolean;
   /** A token id (or ids) that ends generation; it is included in the result. */
   stop?: number | readonly number[];
-  /** Called with each new token as it is chosen (its id and its index among the new tokens). */
+  /**
+   * Called with each new token as it is chosen (its id and its index among the new tokens). It must not
+   * change the model's weights: generation multiplies by a packed copy of them made when it starts.
+   */
   onToken?: (id: number, index: number) => void;
 }
 
@@ -226,6 +230,8 @@ export class TinyTransformer {
         `${fwd}: mask must be a Tensor broadcastable to [B, H, L, L], got ${formatValue(mask)}`,
       );
     }
+    // Checked here, so a bad mask is named as the model's argument, not as a block's per-head attention's.
+    checkBroadcast(fwd, 'mask', mask, [B, this.config.numHeads, L, L], '[B, H, L, L]', `B=${B}, L=${L}`);
     const pDrop = training ? this.config.dropout : 0;
     if (pDrop > 0 && !generator) throw new Error(`${fwd}: training with dropout needs a generator`);
     if (cache !== undefined) {
@@ -465,19 +471,30 @@ export class TinyTransformer {
     return dict;
   }
 
-  /** Copies parameters in; throws naming every unknown, missing or mis-shaped entry. */
-  loadStateDict(dict: Record<string, Tensor>): void {
+  /**
+   * Copies parameters in (float16 tensors widened, nested arrays accepted, as MultiHeadAttention's);
+   * throws naming every unknown, missing or mis-shaped entry, and changes nothing then.
+   */
+  loadStateDict(dict: Record<string, TensorLike | Tensor<DType>>): void {
+    const fn = `${FN}.loadStateDict`;
+    if (dict === null || typeof dict !== 'object' || Array.isArray(dict)) {
+      throw new TypeError(`${fn}: dict must be an object of name → tensor, got ${formatValue(dict)}`);
+    }
     const problems: string[] = [];
     for (const name of Object.keys(dict)) if (!this.params.has(name)) problems.push(`unknown ${name}`);
+    const tensors = new Map<string, Tensor>();
     for (const [name, v] of this.params) {
-      const t = dict[name];
-      if (!t) problems.push(`missing ${name}`);
-      else if (t.shape.length !== v.shape.length || t.shape.some((d, i) => d !== v.shape[i])) {
-        problems.push(`${name} has shape [${t.shape}], expected [${v.shape}]`);
+      if (!(name in dict)) {
+        problems.push(`missing ${name}`);
+        continue;
       }
+      const t = toTensor(dict[name], fn, name); // float32 (float16 widened), or a TypeError naming it
+      if (t.shape.length !== v.shape.length || t.shape.some((d, i) => d !== v.shape[i])) {
+        problems.push(`${name} has shape [${t.shape}], expected [${v.shape}]`);
+      } else tensors.set(name, t);
     }
-    if (problems.length) throw new RangeError(`${FN}.loadStateDict: ${problems.join('; ')}`);
-    for (const [name, v] of this.params) v.data.set(dict[name].data);
+    if (problems.length) throw new RangeError(`${fn}: ${problems.join('; ')}`);
+    for (const [name, v] of this.params) v.data.set((tensors.get(name) as Tensor).data);
   }
 }
 
