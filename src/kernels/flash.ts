@@ -22,7 +22,10 @@ export const BLOCK_ROWS = 32;
 /** Keys per tile. */
 export const BLOCK_COLS = 64;
 
-/** Serves every call; with `weights` asked for it adds a pass that recomputes scores from the saved lse. */
+/**
+ * Serves every call; with `weights` asked for it adds a pass that recomputes scores and normalises them
+ * by the saved row max and sum.
+ */
 export const flashKernel: AttentionKernel = {
   name: 'flash',
   supports: () => true,
@@ -30,9 +33,12 @@ export const flashKernel: AttentionKernel = {
   forwardRows(p: AttentionProblem, outputs: AttentionOutputs, bh: number, i0: number, i1: number): void {
     const { L, E, Ev, q, k, v, scale, bias, flex } = p;
     const { out, weights, lse } = outputs;
-    // Weights are recomputed from the log-sum-exp; keep it in float64 so exp(s − lse) stays exact
-    // even for scores of 1e5 (a float32 lse would be off by ~1e-2 there).
-    const rowLse = weights ? new Float64Array(i1 - i0) : undefined;
+    // Weights are recomputed as exp(s − m) / l from each row's final max m and sum l (float64), not as
+    // exp(s − lse): at huge scores m + log(l) rounds back to m (ulp(1e17) = 16), and two tied keys
+    // would both get weight 1. The recomputed s are the same bits as pass 1's (the same `dot`, the same
+    // finishing), so s ≤ m and every weight is in [0, 1].
+    const rowM = weights ? new Float64Array(i1 - i0) : undefined;
+    const rowL = weights ? new Float64Array(i1 - i0) : undefined;
     const { b, h, hk } = headsOf(p, bh);
     const biasBase = bias ? b * bias.sb + h * bias.sh : 0;
 
@@ -69,21 +75,7 @@ export const flashKernel: AttentionKernel = {
               tile[t + c] = Number.NEGATIVE_INFINITY;
               continue;
             }
-            // Four partial sums: independent additions run in parallel (one sum is a latency chain).
-            const kRow = kvRow(p, b, hk, j) * E;
-            let d0 = 0;
-            let d1 = 0;
-            let d2 = 0;
-            let d3 = 0;
-            let e = 0;
-            for (; e + 3 < E; e += 4) {
-              d0 += qRow[e] * k[kRow + e];
-              d1 += qRow[e + 1] * k[kRow + e + 1];
-              d2 += qRow[e + 2] * k[kRow + e + 2];
-              d3 += qRow[e + 3] * k[kRow + e + 3];
-            }
-            for (; e < E; e++) d0 += qRow[e] * k[kRow + e];
-            let s = (d0 + d1 + (d2 + d3)) * scale;
+            let s = dot(qRow, k, kvRow(p, b, hk, j) * E, E) * scale;
             if (bias) {
               const bv = bias.data[biasBase + i * bias.sl + j * bias.ss];
               if (flex && bv === Number.NEGATIVE_INFINITY) {
@@ -128,42 +120,72 @@ export const flashKernel: AttentionKernel = {
         const none = rowMax[r] === Number.NEGATIVE_INFINITY;
         const z = none ? Number.NEGATIVE_INFINITY : rowMax[r] + Math.log(rowSum[r]);
         if (lse) lse[row] = z;
-        if (rowLse) rowLse[r0 + r - i0] = z;
+        if (rowM && rowL) {
+          rowM[r0 + r - i0] = rowMax[r];
+          rowL[r0 + r - i0] = rowSum[r];
+        }
         if (!out) continue;
         const inv = none ? 0 : 1 / rowSum[r];
         for (let e = 0; e < Ev; e++) out[row * Ev + e] = none ? 0 : acc[r * Ev + e] * inv;
       }
     }
 
-    if (weights && rowLse) writeWeights(p, weights, rowLse, bh, i0, i1);
+    if (weights && rowM && rowL) writeWeights(p, weights, rowM, rowL, bh, i0, i1);
   },
 };
 
-/** weights[i, j] = exp(s_ij − lse_i) for rows [i0, i1) (rowLse[i − i0]); only when weights are asked for. */
+/**
+ * q·k for the query row `qRow` and the key at k[kBase …] (E numbers), in float64. Four partial sums:
+ * independent additions run in parallel (one sum is a latency chain). The one dot product of this
+ * kernel: pass 1 and the weights pass both use it, so a recomputed score is the same bits.
+ */
+function dot(qRow: Float64Array, k: Float32Array, kBase: number, E: number): number {
+  let d0 = 0;
+  let d1 = 0;
+  let d2 = 0;
+  let d3 = 0;
+  let e = 0;
+  for (; e + 3 < E; e += 4) {
+    d0 += qRow[e] * k[kBase + e];
+    d1 += qRow[e + 1] * k[kBase + e + 1];
+    d2 += qRow[e + 2] * k[kBase + e + 2];
+    d3 += qRow[e + 3] * k[kBase + e + 3];
+  }
+  for (; e < E; e++) d0 += qRow[e] * k[kBase + e];
+  return d0 + d1 + (d2 + d3);
+}
+
+/**
+ * weights[i, j] = exp(s_ij − m_i) / l_i for rows [i0, i1), from each row's final max and sum of pass 2
+ * (rowM, rowL at i − i0); rows that saw no key (m = −∞) and blocked keys get 0. Only when weights are
+ * asked for. s_ij is recomputed exactly as pass 1 computed it, so s ≤ m: each weight is in [0, 1] and
+ * a row sums to 1 up to rounding, however large the scores.
+ */
 function writeWeights(
   p: AttentionProblem,
   weights: Float32Array,
-  rowLse: Float64Array,
+  rowM: Float64Array,
+  rowL: Float64Array,
   bh: number,
   i0: number,
   i1: number,
 ): void {
   const { L, S, E, q, k, scale } = p;
   const { b, h, hk } = headsOf(p, bh);
+  const qRow = new Float64Array(E);
   for (let i = i0; i < i1; i++) {
     const row = bh * L + i;
     const base = row * S;
     weights.fill(0, base, base + S);
-    const z = rowLse[i - i0];
-    if (z === Number.NEGATIVE_INFINITY) continue;
+    const m = rowM[i - i0];
+    if (m === Number.NEGATIVE_INFINITY) continue;
+    const l = rowL[i - i0];
+    for (let e = 0; e < E; e++) qRow[e] = q[row * E + e];
     const [lo, hi] = visibleRange(p, i);
     for (let j = lo; j <= hi; j++) {
       if (!maskAllows(p, b, h, i, j)) continue;
-      let dot = 0;
-      const kRow = kvRow(p, b, hk, j) * E;
-      for (let e = 0; e < E; e++) dot += q[row * E + e] * k[kRow + e];
-      const s = finishScore(p, b, h, i, j, dot * scale);
-      weights[base + j] = s === Number.NEGATIVE_INFINITY ? 0 : Math.exp(s - z);
+      const s = finishScore(p, b, h, i, j, dot(qRow, k, kvRow(p, b, hk, j) * E, E) * scale);
+      weights[base + j] = s === Number.NEGATIVE_INFINITY ? 0 : Math.exp(s - m) / l;
     }
   }
 }

@@ -132,8 +132,10 @@ const DECODE_ROWS = 4;
 const DECODE_GROUP_ROWS = 64;
 
 /**
- * Whether rows [i0, i1) take the decode path (runDecode): a few rows (a decode step, a short speculative
- * block), no mask, bias or flex (those run the tiled path, which evaluates them), float32 inputs.
+ * Whether rows [i0, i1) take the decode path (runDecode): a call of a few rows (a decode step, a short
+ * speculative block), no mask, bias or flex (those run the tiled path, which evaluates them), float32
+ * inputs. The call's L decides, not the task's rows: the decode path sums in another order, and the
+ * last few rows of a long call split into tasks must come out as the same bits as unsplit.
  */
 function decodes(p: AttentionProblem, i0: number, i1: number): boolean {
   const rows = i1 - i0;
@@ -142,6 +144,7 @@ function decodes(p: AttentionProblem, i0: number, i1: number): boolean {
     !p.bias &&
     !p.flex &&
     !p.half &&
+    p.L <= DECODE_ROWS &&
     rows <= DECODE_ROWS &&
     (p.Hq / p.Hkv) * rows <= DECODE_GROUP_ROWS
   );
@@ -228,8 +231,15 @@ class AttentionDriver {
     // The band as data for the module (it evaluates the same rule); masks and biases go separately.
     const band: Band = { S, shift: p.shift, left: p.left, right: p.right };
     const EvPad = pad(Math.max(Ev, 1), 8);
-    const kvCols = Math.max(8, Math.min(pad(S, 8), pad(Math.floor(KV_BUDGET / 4 / (E + EvPad)), 8)));
-    const whole = pad(S, 8) <= kvCols; // K and V of the head are copied once, else streamed per chunk
+    const budgetCols = Math.max(8, Math.min(pad(S, 8), pad(Math.floor(KV_BUDGET / 4 / (E + EvPad)), 8)));
+    const whole = pad(S, 8) <= budgetCols; // K and V of the head are copied once, else streamed per chunk
+    // Key columns go to `attend` on a grid fixed by absolute key index, whatever rows a chunk or task
+    // holds: each call starts on an 8-key boundary (the module's 4/8-column SIMD groups, hence a row's
+    // float summation order, are measured from it; keys before the band there are masked by the band
+    // rule) and calls break at multiples of `grid` keys (panel and stream boundaries), so a row's result
+    // is the same bits however rows are split. Streamed K/V chunks start on that grid too.
+    const kvCols = whole || budgetCols < COL_BLOCK ? budgetCols : budgetCols - (budgetCols % COL_BLOCK);
+    const grid = Math.min(kvCols, COL_BLOCK);
     const qBudget = whole ? Q_BUDGET_WHOLE_KV : Q_BUDGET_STREAMED_KV;
     const rowChunk = Math.max(4, Math.min(ROW_CHUNK, Math.floor(qBudget / (16 * E) / 4) * 4));
     const rowsMax = pad(Math.min(rowChunk, i1 - i0), 4);
@@ -298,11 +308,11 @@ class AttentionDriver {
       const { lo: bandLo, hi: bandHi } = rowsBand(band, r0, r1);
       // K and V of the whole head when they fit the budget (loaded once, shared by every chunk and every
       // head of a GQA group); otherwise stream the band in chunks of kvCols keys.
-      for (let s0 = whole ? 0 : bandLo; s0 <= bandHi; s0 += kvCols) {
+      for (let s0 = whole ? 0 : bandLo - (bandLo % grid); bandLo <= bandHi && s0 <= bandHi; s0 += kvCols) {
         const s1 = whole ? S : Math.min(bandHi + 1, s0 + kvCols);
         this.loadKV(p, b, hk, s0, s1, ktPtr, vPtr, EvPad, k, v);
         const end = Math.min(s1, bandHi + 1);
-        for (let c0 = Math.max(s0, bandLo); c0 < end; ) {
+        for (let c0 = Math.max(s0, bandLo - (bandLo % 8)); c0 < end; ) {
           const panel = Math.floor((c0 - s0) / COL_BLOCK);
           const c1 = Math.min(end, s0 + (panel + 1) * COL_BLOCK); // never past the panel
           const ktAt = ktPtr + (panel * E * PANEL_LD + (c0 - s0 - panel * COL_BLOCK)) * 4;
