@@ -9,7 +9,12 @@ import { crossEntropy, layerNorm, linear } from '../src/autograd/ops.js';
 import { backward, parameter } from '../src/autograd/var.js';
 import { KVCache } from '../src/cache/kv-cache.js';
 import { MultiHeadAttention, Tensor, terminateWorkers } from '../src/index.node.js';
+import { decodeSafetensors, encodeSafetensors } from '../src/io/safetensors.js';
+import { argmax, sampleToken, tokenDistribution } from '../src/model/sampling.js';
 import { TinyTransformer } from '../src/model/transformer.js';
+import { Generator } from '../src/random.js';
+import { saveCheckpoint } from '../src/train/checkpoint.js';
+import { Trainer } from '../src/train/trainer.js';
 import { thrown } from './helpers.js';
 
 afterAll(() => terminateWorkers());
@@ -207,5 +212,146 @@ describe('typed arrays from another realm (vm, iframe, worker) work like this re
     const viaThreads = await mha.forwardAsync(xr, xr, xr, { threads: 2 });
     expect(Array.from(viaThreads.output.data)).toEqual(Array.from(same));
     qkv.terminateWorkers();
+  });
+});
+
+describe('sampling helpers, generate, safetensors, checkpoints and Trainer states (a third review)', () => {
+  const cfg = { vocabSize: 11, dModel: 12, numHeads: 3, numLayers: 1, dFF: 16, maxLen: 8, causal: true };
+
+  it('tokenDistribution, sampleToken and argmax check what generate checks', () => {
+    const g = new Generator(1);
+    expect(() => sampleToken([1, 2, 3], { topK: 0 }, g)).toThrow(/sampleToken: topK/);
+    expect(() => sampleToken([], {}, g)).toThrow(/sampleToken: logits must hold at least one number/);
+    expect(() => argmax([])).toThrow(/argmax: logits must hold at least one number/);
+    expect(() => tokenDistribution([1, 2], { topK: 1.5 })).toThrow(/tokenDistribution: topK/);
+    expect(() => tokenDistribution([1, 2], { temperature: Number.NaN })).toThrow(
+      /tokenDistribution: temperature/,
+    );
+    expect(() => tokenDistribution([0, 0, 5], { temperature: -1 })).toThrow(/tokenDistribution: temperature/);
+    for (const topP of [2, Number.NaN, -1]) {
+      expect(() => tokenDistribution([1, 2], { topP })).toThrow(
+        /tokenDistribution: topP must be a number in/,
+      );
+    }
+    expect(() => sampleToken([1, 2], {}, undefined as never)).toThrow(
+      /sampleToken: generator must be a Generator/,
+    );
+    // Valid calls are unchanged: greedy, and a draw from the distribution.
+    expect(argmax([1, 5, 5])).toBe(1);
+    expect(tokenDistribution([0, 0, 5], { topK: 1 }).ids[0]).toBe(2);
+  });
+
+  it('generate names a bad prompt or stop, and refuses stop ids outside the vocabulary', () => {
+    const model = new TinyTransformer(cfg, { seed: 1 });
+    const opts = { maxNewTokens: 2, seed: 1 };
+    expect(() => model.generate(null as never, opts)).toThrow(
+      /TinyTransformer\.generate: prompt must be an array/,
+    );
+    for (const stop of [null, {}]) {
+      expect(() => model.generate([1, 2], { ...opts, stop: stop as never })).toThrow(
+        /TinyTransformer\.generate: stop must be a token id or an array of them/,
+      );
+    }
+    for (const stop of [-1, [999], 1.5]) {
+      expect(() => model.generate([1, 2], { ...opts, stop })).toThrow(
+        /TinyTransformer\.generate: stop must be token ids in \[0, vocabSize=11\)/,
+      );
+    }
+    expect(model.generate([1, 2], { ...opts, stop: [3, 4] }).length).toBeGreaterThan(0);
+  });
+
+  it('encodeSafetensors keeps a tensor named __proto__ and refuses metadata that is not a record', () => {
+    const tensors = Object.create(null) as Record<string, Tensor>;
+    tensors.__proto__ = new Tensor(Float32Array.of(1, 2), [2]);
+    tensors.w = new Tensor(Float32Array.of(3), [1]);
+    const back = decodeSafetensors(encodeSafetensors(tensors));
+    expect(Object.keys(back.tensors).sort()).toEqual(['__proto__', 'w']);
+    expect(Array.from(back.tensors.__proto__.data)).toEqual([1, 2]);
+    for (const metadata of ['abc', ['x'], 5, true, null]) {
+      expect(() => encodeSafetensors({ w: tensors.w }, metadata as never)).toThrow(
+        /encodeSafetensors: metadata must be a record of name → string/,
+      );
+    }
+  });
+
+  it('saveCheckpoint refuses a float16 save of a weight that would round to Infinity, naming it', () => {
+    const model = new TinyTransformer(cfg, { seed: 1 });
+    model.params.get('embedding.weight')!.data[3] = 70000;
+    expect(() => saveCheckpoint(model, { dtype: 'float16' })).toThrow(
+      /embedding\.weight\[3\] = 70000 rounds to ±Infinity in float16/,
+    );
+    model.params.get('embedding.weight')!.data[3] = 65504; // the largest float16: fine
+    expect(saveCheckpoint(model, { dtype: 'float16' }).length).toBeGreaterThan(0);
+  });
+
+  it('Trainer.restoreState refuses a bad state without changing anything, and keeps a NaN loss', () => {
+    const base = { task: 'copy', steps: 4, batchSize: 2, seed: 1 } as const;
+    const edited = (edit: (s: Record<string, unknown>, t: Record<string, Tensor>) => void) => {
+      const a = new Trainer(base);
+      a.trainStep();
+      const d = decodeSafetensors(a.saveState());
+      const s = JSON.parse(d.metadata['qkv.trainer']);
+      edit(s, d.tensors as Record<string, Tensor>);
+      d.metadata['qkv.trainer'] = JSON.stringify(s);
+      return encodeSafetensors(d.tensors as Record<string, Tensor>, d.metadata);
+    };
+    const cases: [string, (s: Record<string, unknown>, t: Record<string, Tensor>) => void][] = [
+      [
+        'adamStep −1',
+        (s) => {
+          s.adamStep = -1;
+        },
+      ],
+      [
+        'no data generator state',
+        (s) => {
+          delete s.data;
+        },
+      ],
+      [
+        'losses null',
+        (s) => {
+          s.losses = null;
+        },
+      ],
+      [
+        'losses a string',
+        (s) => {
+          s.losses = 'abc';
+        },
+      ],
+      [
+        '7 losses for 4 steps',
+        (s) => {
+          s.losses = [1, 2, 3, 4, 5, 6, 7];
+        },
+      ],
+      [
+        'a weight stored transposed',
+        (_, t) => {
+          const name = Object.keys(t).find(
+            (k) => !k.startsWith('optimizer') && t[k].shape.length === 2 && t[k].shape[0] !== t[k].shape[1],
+          ) as string;
+          t[name] = new Tensor(t[name].data as Float32Array, [...t[name].shape].reverse());
+        },
+      ],
+    ];
+    for (const [, edit] of cases) {
+      const b = new Trainer(base);
+      const weights = Float32Array.from(b.model.params.get('embedding.weight')!.data);
+      const adam = JSON.stringify(Array.from(b.saveState()));
+      expect(() => b.restoreState(edited(edit))).toThrow(/^Trainer\.restoreState: /);
+      expect(Array.from(b.model.params.get('embedding.weight')!.data)).toEqual(Array.from(weights));
+      expect(b.losses).toEqual([]);
+      expect(JSON.stringify(Array.from(b.saveState()))).toBe(adam); // optimizer and generators as they were
+    }
+    // A diverged run's NaN loss (JSON null) is NaN again after a resume.
+    const a = new Trainer(base);
+    a.model.params.get('embedding.weight')!.data.fill(Number.NaN);
+    a.trainStep();
+    const c = new Trainer(base);
+    c.restoreState(a.saveState());
+    expect(c.losses.length).toBe(1);
+    expect(Number.isNaN(c.losses[0])).toBe(true);
   });
 });

@@ -68,8 +68,14 @@ export function encodeSafetensors(
     throw new TypeError(
       `encodeSafetensors: tensors must be a record of name → Tensor, got ${describe(tensors)}`,
     );
-  const header: Record<string, unknown> = {};
-  if (metadata) {
+  // No prototype: a tensor named `__proto__` (the decoder reads one) is an own key, not the prototype.
+  const header: Record<string, unknown> = Object.create(null);
+  if (metadata !== undefined) {
+    if (metadata === null || typeof metadata !== 'object' || Array.isArray(metadata)) {
+      throw new TypeError(
+        `encodeSafetensors: metadata must be a record of name → string, got ${describe(metadata)}`,
+      );
+    }
     for (const [k, v] of Object.entries(metadata)) {
       if (typeof v !== 'string') throw new TypeError(`encodeSafetensors: metadata '${k}' must be a string`);
     }

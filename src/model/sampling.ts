@@ -3,7 +3,7 @@
 // distribution is computed in float64 over the candidates sorted by logit (ties: lower id first), so the
 // same logits, options and generator state give the same token on every machine.
 
-import type { Generator } from '../random.js';
+import { type Generator, isGenerator } from '../random.js';
 import { checkFinite, checkInteger, formatValue } from '../shape.js';
 
 /** How the next token is chosen. */
@@ -24,6 +24,9 @@ export interface TokenDistribution {
 
 /** Checks sampling options, naming `fn`. */
 export function checkSampling(fn: string, o: SamplingOptions): void {
+  if (o === null || typeof o !== 'object') {
+    throw new TypeError(`${fn}: sampling options must be an object, got ${formatValue(o)}`);
+  }
   if (o.temperature !== undefined) checkFinite(fn, 'temperature', o.temperature, '≥ 0');
   if (o.topK !== undefined) checkInteger(fn, 'topK', o.topK, 1);
   if (o.topP !== undefined && !(typeof o.topP === 'number' && o.topP > 0 && o.topP <= 1)) {
@@ -31,8 +34,16 @@ export function checkSampling(fn: string, o: SamplingOptions): void {
   }
 }
 
+/** Refuses an empty row of logits (no token to choose), naming `fn`. */
+function checkLogits(fn: string, logits: ArrayLike<number>): void {
+  if (!(logits && typeof logits.length === 'number' && logits.length >= 1)) {
+    throw new RangeError(`${fn}: logits must hold at least one number, got ${formatValue(logits)}`);
+  }
+}
+
 /** The index of the largest logit (the lowest index on ties; NaN counts as −Infinity). */
 export function argmax(logits: ArrayLike<number>): number {
+  checkLogits('argmax', logits);
   let best = 0;
   let max = Number.NEGATIVE_INFINITY;
   for (let i = 0; i < logits.length; i++) {
@@ -52,6 +63,8 @@ export function tokenDistribution(
   logits: ArrayLike<number>,
   options: SamplingOptions = {},
 ): TokenDistribution {
+  checkLogits('tokenDistribution', logits);
+  checkSampling('tokenDistribution', options);
   const { temperature = 1, topK = logits.length, topP = 1 } = options;
   if (temperature === 0 || logits.length === 1) {
     return { ids: Int32Array.of(argmax(logits)), probs: Float64Array.of(1) };
@@ -142,6 +155,11 @@ export function sampleToken(
   options: SamplingOptions,
   generator: Generator,
 ): number {
+  checkLogits('sampleToken', logits);
+  checkSampling('sampleToken', options);
+  if (!isGenerator(generator)) {
+    throw new TypeError(`sampleToken: generator must be a Generator, got ${formatValue(generator)}`);
+  }
   if (options.temperature === 0) return argmax(logits);
   const { ids, probs } = tokenDistribution(logits, options);
   const u = generator.random();

@@ -296,6 +296,13 @@ export class TinyTransformer {
     const { maxNewTokens, useCache = true, stop, onToken } = options;
     if (!causal)
       throw new TypeError(`${fn}: this model is an encoder (causal: false); only a decoder generates`);
+    if (
+      prompt === null ||
+      typeof prompt !== 'object' ||
+      typeof (prompt as ArrayLike<number>).length !== 'number'
+    ) {
+      throw new TypeError(`${fn}: prompt must be an array of token ids, got ${formatValue(prompt)}`);
+    }
     const ids = Int32Array.from(prompt as ArrayLike<number>);
     if (ids.length === 0) throw new RangeError(`${fn}: prompt is empty; give at least one token`);
     for (let i = 0; i < ids.length; i++) {
@@ -313,10 +320,17 @@ export class TinyTransformer {
     }
     checkSampling(fn, options);
     checkBoolean(fn, 'useCache', useCache);
+    if (
+      !(stop === undefined || typeof stop === 'number' || Array.isArray(stop) || ArrayBuffer.isView(stop))
+    ) {
+      throw new TypeError(`${fn}: stop must be a token id or an array of them, got ${formatValue(stop)}`);
+    }
     const stops = new Set(stop === undefined ? [] : typeof stop === 'number' ? [stop] : [...stop]);
     for (const id of stops) {
-      if (!Number.isInteger(id))
-        throw new TypeError(`${fn}: stop must be token ids, got ${formatValue(stop)}`);
+      if (!(Number.isInteger(id) && id >= 0 && id < vocabSize))
+        throw new RangeError(
+          `${fn}: stop must be token ids in [0, vocabSize=${vocabSize}), got ${formatValue(stop)}`,
+        );
     }
     if (onToken !== undefined && typeof onToken !== 'function') {
       throw new TypeError(`${fn}: onToken must be a function, got ${formatValue(onToken)}`);

@@ -80,8 +80,20 @@ export function saveCheckpoint(model: TinyTransformer, info: CheckpointInfo = {}
   if (dtype !== 'float32' && dtype !== 'float16')
     fail(`info.dtype must be 'float32' or 'float16', found ${formatFound(dtype)}`);
   const weights: Record<string, Tensor<DType>> = model.stateDict();
-  if (dtype === 'float16')
-    for (const name of Object.keys(weights)) weights[name] = weights[name].to('float16');
+  if (dtype === 'float16') {
+    for (const name of Object.keys(weights)) {
+      // A finite weight beyond float16's range would round to ±Infinity, which loadCheckpoint refuses:
+      // refuse it here, where the file is written, naming the weight.
+      const data = weights[name].data as Float32Array;
+      for (let i = 0; i < data.length; i++) {
+        if (Math.abs(data[i]) >= 65520 && Number.isFinite(data[i]))
+          fail(
+            `${name}[${i}] = ${data[i]} rounds to ±Infinity in float16 (largest 65504); save as 'float32'`,
+          );
+      }
+      weights[name] = weights[name].to('float16');
+    }
+  }
   return encodeSafetensors(weights, metadata);
 }
 

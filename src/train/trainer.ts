@@ -490,24 +490,52 @@ export class Trainer {
     for (const [name, p] of this.model.params) {
       for (const key of [name, `optimizer.m.${name}`, `optimizer.v.${name}`]) {
         const t = tensors[key];
-        if (!t || t.size !== p.size) throw new RangeError(`${fn}: ${key} is missing or has the wrong size`);
+        if (!t || t.shape.length !== p.shape.length || t.shape.some((d, i) => d !== p.shape[i]))
+          throw new RangeError(`${fn}: ${key} is missing or is not [${p.shape}]`);
       }
       m.push(tensors[`optimizer.m.${name}`].data);
       v.push(tensors[`optimizer.v.${name}`].data);
     }
-    for (const [name, p] of this.model.params) p.data.set(tensors[name].data);
-    this.optimizer.loadState({ t: state.adamStep, m, v });
-    this.data.setState(state.data);
-    this.dropoutGen.setState(state.dropout);
-    // With dropout 0 (the only case the run key lets differ in threads) the shards' streams are unused.
-    const shards = state.dropoutShards;
-    if (Array.isArray(shards) && shards.length === this.shardDropout.length) {
-      shards.forEach((s, i) => {
+    // Losses: one a step taken, at most the run's steps (JSON wrote a NaN loss as null: it is NaN again).
+    const saved: unknown = state.losses;
+    if (
+      !Array.isArray(saved) ||
+      saved.length > this.steps ||
+      saved.some((x) => x !== null && typeof x !== 'number')
+    )
+      throw new RangeError(`${fn}: losses must be at most ${this.steps} numbers (one a step taken)`);
+    const losses = saved.map((x) => (x === null ? Number.NaN : (x as number)));
+    // Everything else is checked by setting it; if any part is refused, what was set is put back, so a
+    // refused state leaves the Trainer as it was.
+    const before = {
+      optimizer: this.optimizer.state(),
+      data: this.data.getState(),
+      dropout: this.dropoutGen.getState(),
+      shards: this.shardDropout.map((g) => g.getState()),
+    };
+    try {
+      this.optimizer.loadState({ t: state.adamStep, m, v });
+      this.data.setState(state.data);
+      this.dropoutGen.setState(state.dropout);
+      // With dropout 0 (the only case the run key lets differ in threads) the shards' streams are unused.
+      const shards = state.dropoutShards;
+      if (Array.isArray(shards) && shards.length === this.shardDropout.length) {
+        shards.forEach((s, i) => {
+          this.shardDropout[i].setState(s);
+        });
+      }
+    } catch (err) {
+      this.optimizer.loadState(before.optimizer);
+      this.data.setState(before.data);
+      this.dropoutGen.setState(before.dropout);
+      before.shards.forEach((s, i) => {
         this.shardDropout[i].setState(s);
       });
+      throw new RangeError(`${fn}: ${(err as Error).message}`);
     }
+    for (const [name, p] of this.model.params) p.data.set(tensors[name].data);
     this.losses.length = 0;
-    this.losses.push(...state.losses);
+    this.losses.push(...losses);
   }
 
   /** What a resumed run must share with the saved one: the task, the model and every option. */
