@@ -194,6 +194,23 @@ describe('TinyTransformer: loadStateDict and forward check what they are given',
 });
 
 describe('typed arrays from another realm (vm, iframe, worker) work like this realm’s', () => {
+  it('an autograd Var over one takes the float32 kernels, as this realm’s array does, bit for bit', () => {
+    const F32 = vm.runInNewContext('Float32Array') as Float32ArrayConstructor;
+    const run = (make: (a: Float32Array) => Float32Array) => {
+      const x = parameter(make(Float32Array.from({ length: 6 * 40 }, (_, i) => Math.sin(i))), [6, 40]);
+      const w = parameter(make(Float32Array.from({ length: 9 * 40 }, (_, i) => Math.cos(i))), [9, 40]);
+      const y = linear(x, w);
+      backward(
+        y,
+        Float32Array.from({ length: 54 }, (_, i) => (i % 7) - 3),
+      );
+      return [y.data, x.grad!, w.grad!].map((a) => Array.from(a));
+    };
+    const foreign = run((a) => new F32(a));
+    expect(foreign).toEqual(run((a) => a));
+    expect(parameter(new F32(2), [2]).data instanceof Float32Array).toBe(true);
+  });
+
   it('a Tensor over one is a view of this realm over the same memory; forward and forwardAsync agree', async () => {
     // The built package: forwardAsync's workers run dist/ (npm test builds it first).
     const dist = fileURLToPath(new URL('../dist/', import.meta.url));
@@ -261,12 +278,13 @@ describe('sampling helpers, generate, safetensors, checkpoints and Trainer state
   });
 
   it('encodeSafetensors keeps a tensor named __proto__ and refuses metadata that is not a record', () => {
+    const proto = '__proto__'; // an own key of a null-prototype record, as the decoder makes them
     const tensors = Object.create(null) as Record<string, Tensor>;
-    tensors.__proto__ = new Tensor(Float32Array.of(1, 2), [2]);
+    tensors[proto] = new Tensor(Float32Array.of(1, 2), [2]);
     tensors.w = new Tensor(Float32Array.of(3), [1]);
     const back = decodeSafetensors(encodeSafetensors(tensors));
     expect(Object.keys(back.tensors).sort()).toEqual(['__proto__', 'w']);
-    expect(Array.from(back.tensors.__proto__.data)).toEqual([1, 2]);
+    expect(Array.from(back.tensors[proto].data)).toEqual([1, 2]);
     for (const metadata of ['abc', ['x'], 5, true, null]) {
       expect(() => encodeSafetensors({ w: tensors.w }, metadata as never)).toThrow(
         /encodeSafetensors: metadata must be a record of name → string/,
