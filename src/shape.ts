@@ -15,6 +15,11 @@ export function sizeOf(shape: readonly number[]): number {
   return n;
 }
 
+/** Whether two shapes are the same axes of the same sizes. */
+export function sameShape(a: readonly number[], b: readonly number[]): boolean {
+  return a.length === b.length && a.every((d, i) => d === b[i]);
+}
+
 /** Row-major strides of a shape. */
 export function stridesOf(shape: readonly number[]): number[] {
   const strides = new Array<number>(shape.length);

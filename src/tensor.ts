@@ -35,6 +35,21 @@ function isArrayOf(data: unknown, name: string): boolean {
   return Object.prototype.toString.call(data) === `[object ${name}]`;
 }
 
+/**
+ * A Float32Array, Float64Array or Uint16Array from another realm (vm, iframe, worker) as this realm's view
+ * of the same memory (not a copy); one of this realm, or anything else, as given.
+ */
+export function thisRealm<T>(data: T): T {
+  if (data instanceof Float32Array || data instanceof Float64Array || data instanceof Uint16Array)
+    return data;
+  const view = data as ArrayBufferView & { length: number };
+  const buffer = view.buffer as ArrayBuffer; // or a SharedArrayBuffer: both construct views
+  if (isArrayOf(data, 'Float32Array')) return new Float32Array(buffer, view.byteOffset, view.length) as T;
+  if (isArrayOf(data, 'Float64Array')) return new Float64Array(buffer, view.byteOffset, view.length) as T;
+  if (isArrayOf(data, 'Uint16Array')) return new Uint16Array(buffer, view.byteOffset, view.length) as T;
+  return data;
+}
+
 /** An n-dimensional array in row-major order: float32 by default, or float16. */
 export class Tensor<D extends DType = 'float32'> {
   /** The elements in row-major order; `data.length` equals the product of `shape`. */
@@ -75,17 +90,9 @@ export class Tensor<D extends DType = 'float32'> {
         `Tensor: data has ${data.length} elements but shape ${formatShape(shape)} needs ${size}`,
       );
     }
-    // A typed array from another realm becomes a view of this realm over the same memory (not a copy),
-    // so every `instanceof Float32Array` downstream (kernel choice, the thread protocol) takes it.
-    if (!(data instanceof Float32Array || data instanceof Uint16Array)) {
-      const view = data as ArrayBufferView & { length: number };
-      const buffer = view.buffer as ArrayBuffer; // or a SharedArrayBuffer: both construct views
-      data = (
-        dtype === 'float16'
-          ? new Uint16Array(buffer, view.byteOffset, view.length)
-          : new Float32Array(buffer, view.byteOffset, view.length)
-      ) as DataOf<D>;
-    }
+    // Another realm's array becomes this realm's view of the same memory, so every `instanceof
+    // Float32Array` downstream (kernel choice, the thread protocol) takes it.
+    data = thisRealm(data);
     this.data = fixedLength(data);
     this.shape = Object.freeze([...shape]);
     this.dtype = dtype;

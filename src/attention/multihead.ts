@@ -11,7 +11,15 @@ import { splitHeads, splitHeadsCached, tensorOps } from '../model/ops-tensor.js'
 import { type AttentionDims, attentionParamSpecs, fillInit, type Init, isPacked } from '../model/params.js';
 import { type RandomOptions, resolveGenerator } from '../random.js';
 import { type GemmPart, layerOpsOf, type Runtime } from '../runtime.js';
-import { checkAllocation, checkBoolean, checkInteger, formatShape, formatValue, sizeOf } from '../shape.js';
+import {
+  checkAllocation,
+  checkBoolean,
+  checkInteger,
+  formatShape,
+  formatValue,
+  sameShape,
+  sizeOf,
+} from '../shape.js';
 import { Tensor, type TensorLike, toTensor } from '../tensor.js';
 import { defaultRuntime } from './async.js';
 import { type AttentionOptions, checkBroadcast, checkOptionNames, planAttention } from './plan.js';
@@ -73,9 +81,6 @@ type ParamName =
   | 'outProjWeight'
   | 'outProjBias';
 
-function sameShape(a: readonly number[], b: readonly number[]): boolean {
-  return a.length === b.length && a.every((d, i) => d === b[i]);
-}
 const FORWARD = 'MultiHeadAttention.forward';
 const FORWARD_ASYNC = 'MultiHeadAttention.forwardAsync';
 const FORWARD_OPTIONS = [

@@ -4,25 +4,13 @@
 // closure its op left next to the forward (micrograd's design, with typed arrays instead of scalars).
 // Data may be Float32Array (training) or Float64Array (gradient checks); ops keep the type they are given.
 
+import { thisRealm } from '../tensor.js';
+
 /** Float storage of a Var: float32 to train, float64 to check gradients against finite differences. */
 export type Floats = Float32Array | Float64Array;
 
 let nextId = 0;
 let recording = true;
-
-/**
- * A Float32Array or Float64Array from another realm (vm, iframe, worker) as this realm's view of the same
- * memory, so every `instanceof` downstream (the WASM kernels' float32 test, float64's exact loops) takes
- * it as what it is; anything else is returned as given.
- */
-function thisRealm(data: Floats): Floats {
-  const tag = Object.prototype.toString.call(data);
-  const view = data as ArrayBufferView & { length: number };
-  const buffer = view.buffer as ArrayBuffer; // or a SharedArrayBuffer: both construct views
-  if (tag === '[object Float32Array]') return new Float32Array(buffer, view.byteOffset, view.length);
-  if (tag === '[object Float64Array]') return new Float64Array(buffer, view.byteOffset, view.length);
-  return data;
-}
 
 /** A tensor-valued node of the graph. Leaves are parameters or constants; the rest are op results. */
 export class Var {
@@ -58,7 +46,7 @@ export class Var {
         `Var: data has ${data.length} elements but shape [${shape.join(',')}] needs ${size}`,
       );
     }
-    if (!(data instanceof Float32Array || data instanceof Float64Array)) data = thisRealm(data);
+    data = thisRealm(data); // another realm's array: this realm's view of the same memory
     this.#data = data;
     this.shape = Object.freeze([...shape]);
     this.requiresGrad = requiresGrad;

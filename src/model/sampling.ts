@@ -44,6 +44,11 @@ function checkLogits(fn: string, logits: ArrayLike<number>): void {
 /** The index of the largest logit (the lowest index on ties; NaN counts as −Infinity). */
 export function argmax(logits: ArrayLike<number>): number {
   checkLogits('argmax', logits);
+  return largest(logits);
+}
+
+/** argmax without the check (callers have checked the row). */
+function largest(logits: ArrayLike<number>): number {
   let best = 0;
   let max = Number.NEGATIVE_INFINITY;
   for (let i = 0; i < logits.length; i++) {
@@ -65,9 +70,14 @@ export function tokenDistribution(
 ): TokenDistribution {
   checkLogits('tokenDistribution', logits);
   checkSampling('tokenDistribution', options);
+  return distributionOf(logits, options);
+}
+
+/** tokenDistribution without the checks (callers have checked the row and the options). */
+function distributionOf(logits: ArrayLike<number>, options: SamplingOptions): TokenDistribution {
   const { temperature = 1, topK = logits.length, topP = 1 } = options;
   if (temperature === 0 || logits.length === 1) {
-    return { ids: Int32Array.of(argmax(logits)), probs: Float64Array.of(1) };
+    return { ids: Int32Array.of(largest(logits)), probs: Float64Array.of(1) };
   }
   const V = logits.length;
   const k = Math.min(topK, V);
@@ -160,8 +170,8 @@ export function sampleToken(
   if (!isGenerator(generator)) {
     throw new TypeError(`sampleToken: generator must be a Generator, got ${formatValue(generator)}`);
   }
-  if (options.temperature === 0) return argmax(logits);
-  const { ids, probs } = tokenDistribution(logits, options);
+  if (options.temperature === 0) return largest(logits);
+  const { ids, probs } = distributionOf(logits, options);
   const u = generator.random();
   let cum = 0;
   for (let r = 0; r < ids.length; r++) {

@@ -26,6 +26,7 @@ import {
   checkInteger,
   checkOptionNames,
   formatValue,
+  sameShape,
 } from '../shape.js';
 import { type DType, Tensor, type TensorLike, toTensor } from '../tensor.js';
 import { transformerBlock } from './block.js';
@@ -503,7 +504,7 @@ export class TinyTransformer {
         continue;
       }
       const t = toTensor(dict[name], fn, name); // float32 (float16 widened), or a TypeError naming it
-      if (t.shape.length !== v.shape.length || t.shape.some((d, i) => d !== v.shape[i])) {
+      if (!sameShape(t.shape, v.shape)) {
         problems.push(`${name} has shape [${t.shape}], expected [${v.shape}]`);
       } else tensors.set(name, t);
     }

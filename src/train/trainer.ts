@@ -11,7 +11,7 @@ import { backward, noGrad, release } from '../autograd/var.js';
 import { decodeSafetensors, encodeSafetensors } from '../io/safetensors.js';
 import { TinyTransformer, type TransformerConfig } from '../model/transformer.js';
 import { Generator } from '../random.js';
-import { checkFinite, checkInteger, checkOptionNames, formatValue } from '../shape.js';
+import { checkFinite, checkInteger, checkOptionNames, formatValue, sameShape } from '../shape.js';
 import { Tensor } from '../tensor.js';
 import { saveCheckpoint } from './checkpoint.js';
 import { inductionTask } from './induction.js';
@@ -490,7 +490,7 @@ export class Trainer {
     for (const [name, p] of this.model.params) {
       for (const key of [name, `optimizer.m.${name}`, `optimizer.v.${name}`]) {
         const t = tensors[key];
-        if (!t || t.shape.length !== p.shape.length || t.shape.some((d, i) => d !== p.shape[i]))
+        if (!t || !sameShape(t.shape, p.shape))
           throw new RangeError(`${fn}: ${key} is missing or is not [${p.shape}]`);
       }
       m.push(tensors[`optimizer.m.${name}`].data);
