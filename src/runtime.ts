@@ -102,7 +102,10 @@ export interface RuntimeOptions {
   platform?: Platform;
   /** Threads a call uses when it does not say; default all cores (never more than the cores). */
   threads?: number;
-  /** Milliseconds a worker may sit idle before it exits; default 30 000. */
+  /**
+   * Milliseconds a worker may sit idle before it exits; default 30 000, at most 2³¹ − 1, or Infinity to
+   * keep idle workers until `terminateWorkers()` (idle workers never keep Node alive either way).
+   */
   idleMs?: number;
 }
 
@@ -231,9 +234,15 @@ function checkThreads(fn: string, threads: unknown): void {
   }
 }
 
+/** The longest finite idle time: timers take at most 2³¹ − 1 ms (Node turns a longer one into 1 ms). */
+const MAX_IDLE_MS = 2 ** 31 - 1;
+
 function checkIdle(fn: string, ms: unknown): void {
-  if (typeof ms !== 'number' || !(ms >= 0))
-    throw new RangeError(`${fn}: idleMs must be ≥ 0, got ${formatValue(ms)}`);
+  if (typeof ms !== 'number' || !(ms >= 0) || (ms > MAX_IDLE_MS && ms !== Number.POSITIVE_INFINITY)) {
+    throw new RangeError(
+      `${fn}: idleMs must be a number of milliseconds in [0, ${MAX_IDLE_MS}], or Infinity to keep idle workers until terminateWorkers(), got ${formatValue(ms)}`,
+    );
+  }
 }
 
 /** Threads for a call of `flops` work split in at most `tasks` tasks; 0 means run it on this thread. */

@@ -168,7 +168,7 @@ function plainCrossEntropy(
     const max = Math.max(...row);
     const e = row.map((v) => Math.exp(v - max));
     const sum = e.reduce((s, v) => s + v, 0);
-    total += Math.log(sum) + max - row[t];
+    total += max - row[t] + Math.log(sum); // max − x_t first: a huge max would swallow log Σ
     for (let c = 0; c < C; c++) dx[n * C + c] = (g / count) * (e[c] / sum - (c === t ? 1 : 0));
   }
   return { loss: count ? total / count : 0, dx };

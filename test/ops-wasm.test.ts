@@ -130,7 +130,7 @@ function plainCrossEntropy(
     for (let i = 0; i < C; i++) max = Math.max(max, x[o + i]);
     let sum = 0;
     for (let i = 0; i < C; i++) sum += Math.exp(x[o + i] - max);
-    total += max + Math.log(sum) - x[o + t];
+    total += max - x[o + t] + Math.log(sum); // max − x_t first: a huge max would swallow log Σ
     for (let i = 0; i < C; i++) {
       const e = Math.exp(x[o + i] - max);
       dx[o + i] = i === t ? dx0[o + i] + g * (e / sum - 1) : dx0[o + i] + e * (g / sum);

@@ -312,7 +312,7 @@ describe('the pool is bounded by the cores and lets idle workers go', () => {
     );
     expect(() => {
       b.idleMs = -1;
-    }).toThrow(/idleMs must be ≥ 0/);
+    }).toThrow(/idleMs must be a number of milliseconds in \[0, 2147483647\]/);
   });
 
   it('float16 inputs cross as halves to a kernel that reads them, widened once for one that does not', async () => {

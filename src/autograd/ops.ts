@@ -524,7 +524,7 @@ export function crossEntropy(logits: Var, targets: Int32Array, ignoreIndex = -1)
       stats[2 * n] = max;
       stats[2 * n + 1] = sum;
     }
-    total += max + Math.log(sum) - X[o + t]; // −log softmax_t
+    total += max - X[o + t] + Math.log(sum); // −log softmax_t: max − x_t first, or a huge max swallows log Σ
     count++;
   }
   const loss = floatsLike(X, 1);

@@ -5,12 +5,14 @@
 
 import { gemm } from '../kernels/gemm.js';
 import { adamwWasm } from '../kernels/ops-wasm.js';
-import { checkFinite, checkInteger } from '../shape.js';
+import { checkFinite, checkInteger, formatValue } from '../shape.js';
 import type { Var } from './var.js';
 
 /** AdamW hyper-parameters (PyTorch's names and defaults, except weightDecay). */
 export interface AdamWOptions {
+  /** Each in [0, 1) (a beta of 1 would divide by 0 in the bias correction). Default [0.9, 0.999]. */
   betas?: [number, number];
+  /** ≥ 0. Default 1e-8. */
   eps?: number;
   /** Decoupled weight decay for parameters with ≥ 2 axes. Default 0.01. */
   weightDecay?: number;
@@ -31,6 +33,17 @@ export class AdamW {
     params: readonly Var[],
     { betas = [0.9, 0.999], eps = 1e-8, weightDecay = 0.01 }: AdamWOptions = {},
   ) {
+    // PyTorch's checks: a beta of 1 divides by 1 − 1 = 0 in the bias correction (every weight NaN).
+    const fn = 'AdamW';
+    if (
+      !Array.isArray(betas) ||
+      betas.length !== 2 ||
+      !betas.every((b) => typeof b === 'number' && b >= 0 && b < 1)
+    ) {
+      throw new RangeError(`${fn}: betas must be two numbers in [0, 1), got ${formatValue(betas)}`);
+    }
+    checkFinite(fn, 'eps', eps, '≥ 0');
+    checkFinite(fn, 'weightDecay', weightDecay, '≥ 0');
     this.params = params;
     this.betas = betas;
     this.eps = eps;
@@ -44,6 +57,7 @@ export class AdamW {
    * loop over each parameter, moments rounded to float32 as they are stored, nothing allocated.
    */
   step(lr: number): void {
+    checkFinite('AdamW.step', 'lr', lr, '≥ 0');
     this.t++;
     const [b1, b2] = this.betas;
     const a1 = 1 - b1;
@@ -131,10 +145,16 @@ export function warmupCosine({
 }
 
 /**
- * Scales all grads so their global L2 norm is at most maxNorm; returns the norm before clipping. One pass
+ * Scales all grads so their global L2 norm is at most maxNorm (> 0; Infinity leaves them as they are);
+ * returns the norm before clipping. One pass
  * for the norm (Σ g² in float64, parameter after parameter), one to scale when it is over.
  */
 export function clipGradNorm(params: readonly Var[], maxNorm: number): number {
+  if (typeof maxNorm !== 'number' || !(maxNorm > 0)) {
+    throw new RangeError(
+      `clipGradNorm: maxNorm must be a number > 0 (Infinity leaves the grads as they are), got ${formatValue(maxNorm)}`,
+    );
+  }
   let sq = 0;
   for (const p of params) {
     const g = p.grad;
@@ -227,6 +247,18 @@ function mul(
  * Every product is the float32 GEMM; the norm is summed in float64.
  */
 export function orthogonalise(jobs: readonly MuonJob[], steps: number): void {
+  const fn = 'orthogonalise';
+  checkInteger(fn, 'steps', steps, 0);
+  if (!Array.isArray(jobs)) throw new TypeError(`${fn}: jobs must be an array of { x, rows, cols }`);
+  jobs.forEach(({ x, rows, cols }, i) => {
+    checkInteger(fn, `jobs[${i}].rows`, rows, 0);
+    checkInteger(fn, `jobs[${i}].cols`, cols, 0);
+    if (!(x instanceof Float32Array) || x.length !== rows * cols) {
+      throw new RangeError(
+        `${fn}: jobs[${i}].x must be a Float32Array of rows·cols = ${rows}·${cols} elements, got ${x instanceof Float32Array ? `${x.length} elements` : typeof x}`,
+      );
+    }
+  });
   for (const { x, rows: r, cols: c } of jobs) {
     let sq = 0;
     for (let i = 0; i < x.length; i++) sq += x[i] * x[i];

@@ -40,7 +40,12 @@ export class Var {
     saved: readonly Floats[] = [],
   ) {
     let size = 1;
-    for (const d of shape) size *= d;
+    for (const d of shape) {
+      if (!Number.isSafeInteger(d) || d < 0) {
+        throw new RangeError(`Var: shape [${shape.join(',')}] must hold integers ≥ 0`);
+      }
+      size *= d;
+    }
     if (data.length !== size) {
       throw new RangeError(
         `Var: data has ${data.length} elements but shape [${shape.join(',')}] needs ${size}`,

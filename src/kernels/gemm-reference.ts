@@ -18,7 +18,9 @@ export const referenceGemmKernel: GemmKernel = {
       const i = m - t * M; // row of that product
       const off = batchOffsets(p, t);
       const cRow = m * N;
-      for (let j = 0; j < N; j++) acc[j] = (p.accumulate ? c[cRow + j] : 0) + (bias ? bias[j] : 0);
+      // C as it is (−0 stays −0, as in the WASM tiles) or 0, then the bias if there is one.
+      for (let j = 0; j < N; j++) acc[j] = p.accumulate ? c[cRow + j] : 0;
+      if (bias) for (let j = 0; j < N; j++) acc[j] += bias[j];
       for (let k = 0; k < K; k++) {
         const aik = transA ? a[off.a + k * M + i] : a[off.a + i * K + k]; // op(A)[i, k]
         if (transB) {

@@ -8,7 +8,7 @@ import { autoOrder as backendOrder, registeredBackends } from './backends.js';
 import { referenceGemmKernel } from './gemm-reference.js';
 import type { GemmKernel, GemmProblem } from './gemm-types.js';
 import { wasmGemmKernel } from './gemm-wasm.js';
-import { type Floats, KernelResourceError } from './types.js';
+import { type Floats, KernelResourceError, overlaps } from './types.js';
 
 export { type GemmKernel, type GemmProblem, geluTanh } from './gemm-types.js';
 export { referenceGemmKernel, wasmGemmKernel };
@@ -70,6 +70,25 @@ function checkSizes(p: GemmProblem, c: Floats): void {
   const dims = [M, N, K, batch];
   if (!dims.every((d) => Number.isInteger(d) && d >= 0)) {
     throw new RangeError(`gemm: M, N, K and batch must be integers ≥ 0, got ${dims.join(', ')}`);
+  }
+  for (const [name, stride] of [
+    ['strideA', p.strideA],
+    ['strideB', p.strideB],
+  ] as const) {
+    if (stride !== undefined && !(Number.isSafeInteger(stride) && stride >= 0)) {
+      throw new RangeError(`gemm: ${name} must be an integer ≥ 0, got ${stride}`);
+    }
+  }
+  // C is written block by block while A, B and the bias are still read (a later K block re-reads A):
+  // an output over its own input would read partial sums back.
+  const inputs: [string, Floats | undefined][] = [
+    ['a', p.a],
+    ['b', p.b],
+    ['bias', p.bias],
+  ];
+  for (const [name, x] of inputs) {
+    if (x && overlaps(x, c))
+      throw new RangeError(`gemm: c overlaps ${name}; write the product to other memory`);
   }
   const span = (stride: number | undefined, size: number) =>
     batch === 0 ? 0 : (batch - 1) * (stride ?? size) + size;

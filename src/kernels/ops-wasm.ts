@@ -11,7 +11,7 @@
 // then runs), true when it did the whole job.
 
 import type { Floats } from './types.js';
-import { KernelResourceError } from './types.js';
+import { KernelResourceError, overlaps } from './types.js';
 import { releaseWasm, type WasmRuntime, wasmSupport, withWasm } from './wasm-runtime.js';
 
 interface OpsExports {
@@ -199,7 +199,8 @@ export function crossEntropyWasm(
           stats[2 * (r0 + n)] = max;
           stats[2 * (r0 + n) + 1] = sum;
         }
-        total += max + Math.log(sum) - X[(r0 + n) * C + t]; // −log softmax_t, as the JS loop
+        // −log softmax_t, as the JS loop: max − x_t first, or a huge max would swallow log Σ.
+        total += max - X[(r0 + n) * C + t] + Math.log(sum);
       }
     }
   });
@@ -344,6 +345,9 @@ export function layerNormBackwardWasm(
 ): boolean {
   const f32s = [W, dy, dw, db, ...(dx ? [dx] : [])].every((a) => a instanceof Float32Array);
   if (!available(X) || !f32s || D === 0 || N === 0) return false;
+  // One array for two of the gradients (layerNorm(x, p, p), or x itself as the weight): this staging would
+  // copy each back over the other's sum; the JS loop adds both parts into the one array.
+  if (overlaps(dw, db) || (dx && (overlaps(dx, dw) || overlaps(dx, db)))) return false;
   const rows = Math.max(1, Math.floor(CHUNK / D));
   const xBytes = align(rows * D * 4);
   const wBytes = align(D * 4);

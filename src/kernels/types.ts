@@ -85,6 +85,15 @@ export type Precision = 'float32' | 'float64';
 /** Float storage the backward reads and writes: float32 for training, float64 for gradient checks. */
 export type Floats = Float32Array | Float64Array;
 
+/** Whether two arrays share bytes (an output over an input, or two outputs over each other). */
+export function overlaps(x: Floats, y: Floats): boolean {
+  return (
+    x.buffer === y.buffer &&
+    x.byteOffset < y.byteOffset + y.byteLength &&
+    y.byteOffset < x.byteOffset + x.byteLength
+  );
+}
+
 /** An AttentionProblem whose q, k and v may be float64 (backward kernels only index them). */
 export type BackwardProblem = Omit<AttentionProblem, 'q' | 'k' | 'v' | 'half'> & {
   q: Floats;

@@ -123,6 +123,7 @@ export class Pool {
   private startIdleTimer(slot: Slot): void {
     clearTimeout(slot.idleTimer);
     if (!this.slots.includes(slot)) return; // terminated or failed meanwhile
+    if (this.idleMs === Number.POSITIVE_INFINITY) return; // kept until terminate()
     const timer = setTimeout(() => {
       if (slot.inFlight !== 0 || !this.remove(slot)) return;
       slot.worker.terminate();

@@ -86,7 +86,12 @@ export class ThreadRunner {
     const buffer = await this.buffers.take(layout.byteLength);
     const header = new Int32Array(buffer, 0, 3);
     header.fill(0);
-    layout.write(buffer);
+    try {
+      layout.write(buffer); // throws e.g. on an input detached since the call (no worker has seen it)
+    } catch (err) {
+      this.buffers.release(buffer);
+      throw err;
+    }
     try {
       await this.getPool().run({ ...job, buffer } as Job, workers);
     } catch (err) {

@@ -223,7 +223,7 @@ export function textBits(
         for (let v = 0; v < V; v++) max = Math.max(max, logits[row + v]);
         let sum = 0;
         for (let v = 0; v < V; v++) sum += Math.exp(logits[row + v] - max);
-        nats += Math.log(sum) + max - logits[row + ids[t]];
+        nats += max - logits[row + ids[t]] + Math.log(sum); // max − x_t first (a huge max swallows log Σ)
       }
     });
   }

@@ -6,6 +6,7 @@
 // with dropout 0 a step equals the one-thread step up to float32 rounding. The step stays synchronous:
 // shared memory and Atomics (parallel-protocol.ts), nothing posted per step.
 
+import { checkBroadcast } from '../attention/plan.js';
 import { crossEntropy } from '../autograd/ops.js';
 import { type MuonJob, orthogonalise } from '../autograd/optim.js';
 import { backward, release, type Var } from '../autograd/var.js';
@@ -122,6 +123,20 @@ export class ParallelSteps {
   step(batch: Batch, generators: readonly Generator[]): number {
     const n = this.threads;
     const { B, L, targets } = batch;
+    // The checks the one-thread step gets from forward and crossEntropy, made on the whole batch: a shard
+    // of a malformed batch can look well formed (subarray clamps, a mask for 2 rows fits 2-row shards).
+    if (batch.ids.length !== B * L) {
+      throw new RangeError(
+        `${this.fn}: the batch's ids have ${batch.ids.length} elements, expected B·L = ${B}·${L}`,
+      );
+    }
+    if (targets.length !== B * L) {
+      throw new RangeError(
+        `${this.fn}: the batch's targets have ${targets.length} elements, expected B·L = ${B}·${L}`,
+      );
+    }
+    const H = this.model.config.numHeads;
+    checkBroadcast(this.fn, 'mask', batch.mask, [B, H, L, L], '[B, H, L, L]', `B=${B}, L=${L}`);
     const rows = shardRows(B, n);
     const counts = rows.map(([a, b]) => {
       let c = 0;

@@ -70,7 +70,7 @@ export interface TrainerOptions {
    * are added before clipping and AdamW, which run here. With dropout 0 a run equals the one-thread run
    * up to float32 rounding; with dropout each shard draws its masks from a generator of its own, so the
    * run is as deterministic (by seed and threads) but not the one-thread run. `trainStep` stays
-   * synchronous; call `terminate()` when done (idle workers never keep Node alive anyway).
+   * synchronous; call `terminate()` when done (idle workers never keep Node alive anyway). At most 256.
    */
   threads?: number;
   /**
@@ -96,6 +96,13 @@ export interface StepInfo {
   /** Tokens in the batch. */
   tokens: number;
 }
+
+/**
+ * The most threads a Trainer takes: each is a worker thread holding a replica of the model (and the
+ * dropout stream of its shard), so far more than a machine's cores only costs memory; the bound turns a
+ * mistyped count into an error rather than an out-of-memory crash.
+ */
+const MAX_TRAIN_THREADS = 256;
 
 const TRAINER_OPTIONS = [
   'task',
@@ -193,6 +200,11 @@ function checkTrainerOptions(options: TrainerOptions) {
   }
   const { threads = 1, platform, threadTimeout = 60_000 } = options;
   checkInteger(fn, 'threads', threads, 1);
+  if (threads > MAX_TRAIN_THREADS) {
+    throw new RangeError(
+      `${fn}: threads must be at most ${MAX_TRAIN_THREADS} (a worker thread and a model replica per shard), got ${threads}`,
+    );
+  }
   checkFinite(fn, 'threadTimeout', threadTimeout, '> 0');
   if (threads > 1) {
     if (
@@ -518,7 +530,16 @@ export class Trainer {
       this.data.setState(state.data);
       this.dropoutGen.setState(state.dropout);
       // With dropout 0 (the only case the run key lets differ in threads) the shards' streams are unused.
+      // With dropout, a threads run's shards each have a stream: a state without all of them cannot resume
+      // this run exactly, so it is refused (a one-thread state has no shards and no threads in its key).
       const shards = state.dropoutShards;
+      if (this.model.config.dropout > 0 && this.shardDropout.length > 0) {
+        if (!Array.isArray(shards) || shards.length !== this.shardDropout.length) {
+          throw new Error(
+            `dropoutShards must hold the dropout streams of the ${this.shardDropout.length} worker shard(s) of a threads: ${this.threads} run, got ${Array.isArray(shards) ? `${shards.length}` : formatValue(shards)}`,
+          );
+        }
+      }
       if (Array.isArray(shards) && shards.length === this.shardDropout.length) {
         shards.forEach((s, i) => {
           this.shardDropout[i].setState(s);
