@@ -234,6 +234,13 @@ function checkThreads(fn: string, threads: unknown): void {
   }
 }
 
+/** Throws unless `options` is an object (before it is taken apart; the planners check its names). */
+function checkOptionsObject(fn: string, options: unknown): void {
+  if (options === null || typeof options !== 'object') {
+    throw new TypeError(`${fn}: options must be an object, got ${formatValue(options)}`);
+  }
+}
+
 /** The longest finite idle time: timers take at most 2³¹ − 1 ms (Node turns a longer one into 1 ms). */
 const MAX_IDLE_MS = 2 ** 31 - 1;
 
@@ -388,6 +395,7 @@ async function multiHeadOnThreads(
   requested: number | undefined,
 ): Promise<boolean> {
   const p = call.plan.problem;
+  if (p.B * p.L === 0) return false; // no query rows: nothing for workers (forward returns [B, 0, D])
   let flops = 4 * p.B * p.Hq * p.L * p.S * Math.max(p.E, p.Ev);
   for (const { problem: g } of call.projections) flops += 2 * g.M * g.N * g.K;
   const threads = threadsFor(runner, fn, requested, flops, p.Hq + 2 * p.Hkv);
@@ -477,6 +485,7 @@ async function attentionAsync(
   options: AnyResultOptions<AsyncAttentionOptions>,
 ): Promise<Tensor<DType>> {
   const fn = 'scaledDotProductAttentionAsync';
+  checkOptionsObject(fn, options);
   const { threads = defaultThreads, ...attention } = options;
   if (threads !== undefined) checkThreads(fn, threads);
   const plan = planAttention(fn, q, k, v, attention);
@@ -495,6 +504,7 @@ async function backwardAsync(
   options: AsyncBackwardOptions,
 ): Promise<AttentionGradients> {
   const fn = 'attentionBackwardAsync';
+  checkOptionsObject(fn, options);
   const { threads = defaultThreads, ...attention } = options;
   if (threads !== undefined) checkThreads(fn, threads);
   const { plan, problem, inputs, grads, shapes } = planBackward(fn, q, k, v, dOut, attention);

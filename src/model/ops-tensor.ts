@@ -82,6 +82,10 @@ export function splitHeadsCached(
   const shapes = `query ${formatShape(qh.shape)}, the cache's keys after this step [${B}, ${Hkv}, ${S}, ·]`;
   checkBroadcast(caller, 'mask', options.mask, [B, H, L, S], '[B, H, L, S]', shapes);
   checkBroadcast(caller, 'bias', options.bias, [B, H, L, S], '[B, H, L, S]', shapes);
+  // The other options (names, causal, window, scale, kernel, dtype) do not depend on the keys held: they
+  // are checked on this step's own keys, before the update too.
+  const { mask: _mask, bias: _bias, ...rest } = options;
+  planAttention(caller, qh, kh, vh, rest);
   cache.update(layer, kh, vh);
   return {
     plan: planCachedAttention(caller, qh, cache, layer, options),

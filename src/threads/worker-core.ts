@@ -155,9 +155,12 @@ export function multiHeadTasks(args: {
     for (let bh = 0; bh < B * Hq; bh++) {
       const h = bh % Hq;
       const j = Math.floor(h / group);
-      const deps = [projTask.get(h)!, projTask.get(Hq + j)!, projTask.get(2 * Hq + j)!];
+      // Every query head of the group, not only h: a decode-sized call (L ≤ 4) computes the whole group
+      // on its first task and keeps the rows for the others (wasm.ts), so it reads their q as well.
+      const deps = new Set([projTask.get(Hq + j)!, projTask.get(2 * Hq + j)!]);
+      for (let g = j * group; g < (j + 1) * group; g++) deps.add(projTask.get(g)!);
       attentionTask.set(bh * blocks + block, tasks.length);
-      tasks.push({ kind: 'attention', index: bh * blocks + block, deps });
+      tasks.push({ kind: 'attention', index: bh * blocks + block, deps: [...deps] });
     }
   }
   const rows = args.outProj.rowsPerTask;
