@@ -26,7 +26,7 @@ const BC = 64;
 const BR = 64;
 const ROW_BYTES: usize = BC * 4; // stride of the P and dS tiles
 const NEG_INF: f32 = -Infinity;
-const LOG2E: f32 = 1.4426950408889634;
+const LOG2E64: f64 = 1.4426950408889634;
 /** Lane numbers 0, 1, 2, 3 (a column's offset in its group of 4). */
 const LANES = i32x4(0, 1, 2, 3);
 
@@ -151,9 +151,14 @@ export function bwdTile(
     const plain = band == 0 && mask == 0 && bias == 0 && cEnd <= cols && !(dead0 || dead1 || dead2 || dead3);
     const pRow = P + <usize>r0 * ROW_BYTES;
     const sRow = dS + <usize>r0 * ROW_BYTES;
-    const n0 = f64x2.splat(-l0), n1 = f64x2.splat(-l1), n2 = f64x2.splat(-l2), n3 = f64x2.splat(-l3);
+    // With a bias the lse is subtracted in the per-key pass, after the bias is added (in f64): x = s − lse
+    // rounded to f32 first would round at the bias's magnitude (|x| ≈ 1443 for a bias of 1000), twice.
+    const later = bias != 0;
+    const n0 = f64x2.splat(later ? 0 : -l0), n1 = f64x2.splat(later ? 0 : -l1);
+    const n2 = f64x2.splat(later ? 0 : -l2), n3 = f64x2.splat(later ? 0 : -l3);
 
-    // x = s − lse (log2 units) of 4 rows × 8 keys: s = qs·k summed in f32, s − lse in f64, stored as f32.
+    // x = s − lse (log2 units) of 4 rows × 8 keys: s = qs·k summed in f32, s − lse in f64, stored as f32
+    // (with a bias: s alone, exactly).
     const q0 = qs + <usize>r0 * qRow;
     for (let c = cStart; c < cEnd; c += 8) {
       let a00 = zero, a01 = zero, a10 = zero, a11 = zero;
@@ -229,6 +234,7 @@ export function bwdTile(
           continue;
         }
         const pos = i0 + row + shift;
+        const l = rr == 0 ? l0 : rr == 1 ? l1 : rr == 2 ? l2 : l3; // this row's lse, when `later`
         for (let c = cStart; c < last; c++) {
           const j = j0 + c;
           const tp = t + (<usize>c << 2);
@@ -240,9 +246,11 @@ export function bwdTile(
             store<f32>(tp, NEG_INF);
             continue;
           }
-          // A −∞ bias blocks; a finite one that takes x to −∞ leaves P = 0, as exp does in float64.
+          // x = s + log2(e)·bias − lse in f64, rounded once. A −∞ bias blocks; a finite one that takes x to
+          // −∞ leaves P = 0, as exp does in float64.
           if (bias != 0) {
-            store<f32>(tp, load<f32>(tp) + LOG2E * load<f32>(bias + (<usize>(row * biasSl + c * biasSs) << 2)));
+            const b = <f64>load<f32>(bias + (<usize>(row * biasSl + c * biasSs) << 2));
+            store<f32>(tp, <f32>(<f64>load<f32>(tp) + LOG2E64 * b - l));
           }
         }
         for (let c = max(last, cStart); c < cEnd; c++) store<f32>(t + (<usize>c << 2), NEG_INF);

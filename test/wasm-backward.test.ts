@@ -185,6 +185,12 @@ describe.runIf(probeWasm())('the WASM backward equals the reference backward (fl
     }
   });
 
+  it('a constant bias of 1000 on every key: added before the lse is subtracted, so rounded once', () => {
+    // x = s − lse was rounded to float32 at |x| ≈ 1443 before the bias was added: up to 3× the tolerance.
+    const bias = new Tensor(new Float32Array(40).fill(1000), [40]);
+    expectWasmMatches('bias 1000', { shape: [1, 2, 2, 33, 40, 16, 16], options: { bias }, seed: 1 });
+  });
+
   it('a mask and a bias past 4 MB (copied tile by tile, not whole)', () => {
     const [B, H, L, S] = [1, 2, 600, 1000]; // 1.2M elements each
     const u = Tensor.rand([B, H, L, S], { seed: 21 }).data;
