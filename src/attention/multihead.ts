@@ -523,8 +523,9 @@ export class MultiHeadAttention {
       .map(([name, shape]) => `${name} ${formatShape(shape)}`)
       .join(', ');
     const given = Object.keys(dict);
-    const unknown = given.filter((name) => !(name in expected));
-    const missing = Object.keys(expected).filter((name) => !(name in dict));
+    // Own keys only: `in` also finds Object.prototype's names (a key named constructor or __proto__).
+    const unknown = given.filter((name) => !Object.hasOwn(expected, name));
+    const missing = Object.keys(expected).filter((name) => !Object.hasOwn(dict, name));
     if (unknown.length || missing.length) {
       const parts = [];
       if (unknown.length) parts.push(`unknown ${unknown.join(', ')}`);

@@ -226,6 +226,7 @@ export function swapMiddle<T extends Float32Array | Float64Array>(
     y.set(x);
     return y;
   }
+  if (x.length === 0) return y; // nothing to move (A may be 2^40 with B, C or D 0)
   const step = B * D; // from one c to the next in y
   if (x.length >= WASM_LAYOUT_MIN && permuteWasm([swapMiddleJob(x, B, C, D, y)], [A, B, C, D], false)) {
     return y;
@@ -260,6 +261,7 @@ export function swapMiddleAccumulate(
     for (let i = 0; i < n; i++) dst[i] += x[i];
     return;
   }
+  if (x.length === 0) return;
   const step = B * D;
   if (x.length >= WASM_LAYOUT_MIN && permuteWasm([swapMiddleJob(x, B, C, D, dst)], [A, B, C, D], true)) {
     return;
@@ -302,6 +304,7 @@ export function packedToHeads<T extends Float32Array | Float64Array>(
   const y =
     out ??
     ((x instanceof Float64Array ? new Float64Array(N * H * L * E) : new Float32Array(N * H * L * E)) as T);
+  if (y.length === 0) return y; // no rows (N may be 2^40 with L 0)
   const W = H * E;
   const row = P * W;
   const half = E / 2;

@@ -237,6 +237,8 @@ export function forwardAll(
   outputs: AttentionOutputs,
   fallback?: AttentionKernel,
 ): void {
+  // No query rows, nothing to write (and B·Hq may be huge when every tensor is empty: [2^40, H, 0, E]).
+  if (problem.L === 0) return;
   const runner = rowRunner(kernel, problem, outputs, fallback);
   for (let bh = 0; bh < problem.B * problem.Hq; bh++) runner.run(bh, 0, problem.L);
   runner.release();
@@ -249,6 +251,8 @@ export function backwardAll(
   inputs: BackwardInputs,
   grads: AttentionGrads,
 ): void {
+  // No query rows or no keys: every gradient term is a product over both, so nothing to add.
+  if (problem.L === 0 || problem.S === 0) return;
   // dbias is summed in float64 whatever its storage (it gathers a term per query row and head).
   const dbias = grads.dbias && new Float64Array(grads.dbias.length);
   const sums = { ...grads, dbias };

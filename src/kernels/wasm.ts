@@ -1,9 +1,9 @@
 // The WASM SIMD attention kernel: JS drives chunks and copies, assembly/attention.ts runs the inner loops
 // in this thread's WASM instance (wasm-runtime.ts); calls of a few rows per head (decode steps) take the
 // decode path instead (runDecode, assembly/decode.ts: a GQA group per pass, K/V read as stored, in place
-// when a cache keeps them resident). One decision to know: the kernel computes in float32 and never
-// returns a float32 artefact: rows it cannot be trusted with (huge scores, overflow, NaN or ±∞ in the
-// output) are recomputed in float64 by the JS tiled kernel.
+// when a cache keeps them resident). One decision to know: the kernel computes in float32 (its sums
+// round, and cancel, as float32's do) and returns nothing worse: rows it cannot be trusted with (huge
+// scores, overflow, NaN or ±∞ in the output) are recomputed in float64 by the JS tiled kernel.
 
 import { halfTable } from '../float16.js';
 import { flashKernel } from './flash.js';

@@ -107,6 +107,25 @@ export interface GenerateOptions extends SamplingOptions {
 
 const FN = 'TinyTransformer';
 
+/** The fields of a TransformerConfig (anything else is refused by name, here and by loadCheckpoint). */
+export const CONFIG_FIELDS = [
+  'vocabSize',
+  'dModel',
+  'numHeads',
+  'numLayers',
+  'dFF',
+  'maxLen',
+  'causal',
+  'scaleScores',
+  'dropout',
+  'mlp',
+  'positions',
+  'ropeBase',
+] as const;
+
+/** Most blocks a TinyTransformer takes (each is 12 or so parameters listed by name). */
+const MAX_LAYERS = 4096;
+
 /** A small transformer whose parameters are autograd Vars (float32, or float64 for gradient checks). */
 export class TinyTransformer {
   /**
@@ -119,17 +138,25 @@ export class TinyTransformer {
   /** The sinusoidal table [maxLen, D]; undefined with positions: 'rope'. */
   private readonly positions: Floats | undefined;
 
-  constructor(
-    config: TransformerConfig,
-    { seed = 0, dtype = 'float32' }: { seed?: number; dtype?: 'float32' | 'float64' } = {},
-  ) {
+  constructor(config: TransformerConfig, options: { seed?: number; dtype?: 'float32' | 'float64' } = {}) {
     if (config === null || typeof config !== 'object') {
       throw new TypeError(`${FN}: config must be an object, got ${formatValue(config)}`);
     }
-    const { mlp = true, positions = 'sinusoidal', ropeBase = DEFAULT_ROPE_BASE, ...rest } = config;
+    // A misspelt field (dropuot) would be a silent default; the second argument's too (sed).
+    checkOptionNames(`${FN} config`, config, CONFIG_FIELDS);
+    checkOptionNames(FN, options, ['seed', 'dtype']);
+    const { seed = 0, dtype = 'float32' } = options;
+    const {
+      mlp = true,
+      positions = 'sinusoidal',
+      ropeBase = DEFAULT_ROPE_BASE,
+      scaleScores = true,
+      dropout = 0,
+      ...rest
+    } = config;
     checkBoolean(FN, 'mlp', mlp);
     checkPositions((field) => `${FN}: ${field}`, positions, ropeBase);
-    const c = { scaleScores: true, dropout: 0, ...rest } as Required<TransformerConfig>;
+    const c = { scaleScores, dropout, ...rest } as Required<TransformerConfig>;
     if (mlp) Object.defineProperty(c, 'mlp', { value: true, enumerable: false });
     else c.mlp = false;
     // Defaults not enumerable, so a sinusoidal model writes the config it wrote before the option existed.
@@ -141,6 +168,14 @@ export class TinyTransformer {
     else c.ropeBase = ropeBase;
     for (const key of ['vocabSize', 'dModel', 'numHeads', 'numLayers', 'dFF', 'maxLen'] as const) {
       checkInteger(FN, key, c[key], 1);
+    }
+    // What a checkpoint can hold (loadCheckpoint refuses more), and a bound on the layers checked before
+    // their parameters are listed one by one (2^40 layers ran out of heap listing them).
+    if (c.maxLen > MAX_STORED_LEN) {
+      throw new RangeError(`${FN}: maxLen must be at most ${MAX_STORED_LEN}, got ${c.maxLen}`);
+    }
+    if (c.numLayers > MAX_LAYERS) {
+      throw new RangeError(`${FN}: numLayers must be at most ${MAX_LAYERS}, got ${c.numLayers}`);
     }
     checkBoolean(FN, 'causal', c.causal);
     checkBoolean(FN, 'scaleScores', c.scaleScores);
@@ -303,6 +338,18 @@ export class TinyTransformer {
       typeof (prompt as ArrayLike<number>).length !== 'number'
     ) {
       throw new TypeError(`${fn}: prompt must be an array of token ids, got ${formatValue(prompt)}`);
+    }
+    // Its length and elements checked before it is copied (an array-like of length 2^40, or bigints).
+    const given = prompt as ArrayLike<unknown>;
+    if (given.length > maxLen) {
+      throw new RangeError(`${fn}: prompt (${given.length} tokens) is longer than maxLen=${maxLen}`);
+    }
+    for (let i = 0; i < given.length; i++) {
+      if (typeof given[i] !== 'number') {
+        throw new RangeError(
+          `${fn}: prompt[${i}] = ${formatValue(given[i])} is not a token id in [0, vocabSize=${vocabSize})`,
+        );
+      }
     }
     const ids = Int32Array.from(prompt as ArrayLike<number>);
     if (ids.length === 0) throw new RangeError(`${fn}: prompt is empty; give at least one token`);
@@ -499,7 +546,7 @@ export class TinyTransformer {
     for (const name of Object.keys(dict)) if (!this.params.has(name)) problems.push(`unknown ${name}`);
     const tensors = new Map<string, Tensor>();
     for (const [name, v] of this.params) {
-      if (!(name in dict)) {
+      if (!Object.hasOwn(dict, name)) {
         problems.push(`missing ${name}`);
         continue;
       }

@@ -1,6 +1,7 @@
 // Sinusoidal positional encoding (Vaswani et al. 2017, §3.5), added to token embeddings.
 // One decision to know: for an odd dModel the last column is a sine (its pair's cosine would not fit).
 
+import { checkAllocation } from '../shape.js';
 import { Tensor } from '../tensor.js';
 
 /**
@@ -15,6 +16,7 @@ export function sinusoidalPositionalEncoding(length: number, dModel: number): Te
   if (!Number.isSafeInteger(dModel) || dModel < 1) {
     throw new RangeError(`${fn}: dModel must be a positive integer, got ${String(dModel)}`);
   }
+  checkAllocation(fn, 'the table', [length, dModel], 4);
   const pe = new Float32Array(length * dModel);
   for (let c = 0; c < dModel; c++) {
     const invFreq = 10000 ** (-(c - (c % 2)) / dModel);

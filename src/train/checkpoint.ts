@@ -8,6 +8,7 @@ import { checkVocabulary, formatFound, nonFiniteAt } from '../io/checks.js';
 import { decodeSafetensors, encodeSafetensors, SafetensorsError } from '../io/safetensors.js';
 import { transformerTensorCount } from '../model/params.js';
 import {
+  CONFIG_FIELDS,
   DEFAULT_ROPE_BASE,
   MAX_STORED_LEN,
   POSITION_KINDS,
@@ -106,15 +107,6 @@ const CONFIG_INTEGERS: [keyof TransformerConfig, number][] = [
   ['dFF', Number.MAX_SAFE_INTEGER],
   ['maxLen', MAX_STORED_LEN], // the positional table is allocated from it before any weight is read
 ];
-const CONFIG_FIELDS = [
-  ...CONFIG_INTEGERS.map(([k]) => k),
-  'causal',
-  'scaleScores',
-  'dropout',
-  'mlp',
-  'positions',
-  'ropeBase',
-];
 
 /**
  * Checks every field of a stored config. Unknown fields are refused too: a field this version does not
@@ -131,7 +123,7 @@ function readConfig(json: string, fail: (message: string) => never): Transformer
     fail(`qkv.config must be a JSON object, found ${formatFound(c)}`);
   const o = c as Record<string, unknown>;
   for (const key of Object.keys(o)) {
-    if (!CONFIG_FIELDS.includes(key))
+    if (!(CONFIG_FIELDS as readonly string[]).includes(key))
       fail(`qkv.config has an unknown field '${key}' (known: ${CONFIG_FIELDS.join(', ')})`);
   }
   for (const [key, max] of CONFIG_INTEGERS) {
