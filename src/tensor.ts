@@ -311,7 +311,13 @@ export function toTensor(value: TensorLike | Tensor<DType>, fn: string, arg: str
       throw new TypeError(`${fn}: ${arg} is not a valid tensor: ${(err as Error).message}`);
     }
   }
-  throw new TypeError(`${fn}: ${arg} must be a Tensor or nested number arrays, got ${describe(value)}`);
+  const foreign =
+    value !== null && typeof value === 'object' && (value as object).constructor?.name === 'Tensor'
+      ? ' from another copy of qkv (a bundle and a direct import, or two versions): make it with this copy’s Tensor'
+      : '';
+  throw new TypeError(
+    `${fn}: ${arg} must be a Tensor or nested number arrays, got ${describe(value)}${foreign}`,
+  );
 }
 
 /**

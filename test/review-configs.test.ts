@@ -9,6 +9,7 @@ import {
   alibiBias,
   alibiSlopes,
   MultiHeadAttention,
+  scaledDotProductAttention,
   sinusoidalPositionalEncoding,
   Tensor,
   TinyTransformer,
@@ -150,5 +151,19 @@ describe('loadStateDict: keys named like Object.prototype’s', () => {
     const withProto = JSON.parse('{"__proto__": 1}');
     Object.assign(withProto, mha.stateDict());
     expect(() => mha.loadStateDict(withProto)).toThrow(/unknown __proto__/);
+  });
+});
+
+describe('a Tensor from another copy of qkv', () => {
+  it('is refused with a reason, not "must be a Tensor …, got Tensor"', () => {
+    // What a Tensor made by dist/ looks like to src/ (or a bundle's to a direct import).
+    class Tensor {
+      shape = [1, 1];
+      data = new Float32Array(1);
+    }
+    const other = new Tensor();
+    expect(() => scaledDotProductAttention(other as never, other as never, other as never)).toThrow(
+      /^scaledDotProductAttention: query must be a Tensor or nested number arrays, got .* from another copy of qkv/,
+    );
   });
 });
