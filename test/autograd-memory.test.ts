@@ -90,7 +90,7 @@ describe('crossEntropy keeps O(N), not the [N, V] softmax', () => {
       expect(big(fwd.made, 'Float64Array', V)).toEqual([]);
       expect(big(fwd.made, 'Float32Array', V)).toEqual([]);
       const saved = fwd.made.filter((a) => a.length > 1).reduce((s, a) => s + a.length, 0);
-      expect(saved).toBeLessThanOrEqual(2 * N);
+      expect(saved).toBeLessThanOrEqual(3 * N); // each row's max and sum, and a copy of the targets
       const bwd = allocations(() => backward(fwd.result));
       // The logits' own grad (N·V of the logits' type) and nothing else of that size: the softmax is
       // recomputed row by row from the logits.

@@ -283,6 +283,23 @@ describe('the autograd’s element-wise ops and optimizers', () => {
     expect(crossEntropy(f64, Int32Array.of(1)).data[0]).toBeCloseTo(Math.log(3), 12); // was 0
   });
 
+  it('crossEntropy’s backward uses the targets of its forward, whatever the caller does to its array since', () => {
+    // It read the caller's array: a target changed to 10^6 was written past its row (in WASM memory, for
+    // float32 logits), and one changed to another class gave another loss's gradient.
+    for (const F of [Float32Array, Float64Array]) {
+      const grad = (mutate: boolean) => {
+        const values = Array.from({ length: 3 * 5 }, (_, i) => Math.sin(i));
+        const logits = parameter(F.from(values), [3, 5]);
+        const targets = Int32Array.of(1, 4, 0);
+        const loss = crossEntropy(logits, targets);
+        if (mutate) targets.set([1_000_000, 2, -7]);
+        backward(loss);
+        return Array.from(logits.grad!);
+      };
+      expect(grad(true)).toEqual(grad(false));
+    }
+  });
+
   it('AdamW refuses hyper-parameters that make every weight NaN, as PyTorch does', () => {
     const w = parameter(new Float32Array(4099).fill(1), [4099, 1]); // the WASM path's size
     w.grad = new Float32Array(w.size).fill(0.1);

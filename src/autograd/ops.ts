@@ -529,14 +529,17 @@ export function crossEntropy(logits: Var, targets: Int32Array, ignoreIndex = -1)
   }
   const loss = floatsLike(X, 1);
   loss[0] = count ? total / count : 0;
+  // The backward reads the targets the forward checked: the caller may reuse its array meanwhile (a
+  // target changed to 10^6 would have been written past its row, in WASM memory too).
+  const kept = stats ? targets.slice() : targets;
   const out = opResult(loss, [], [logits], () => {
     if (!count) return;
     const s = stats!;
     const g = out.grad![0] / count;
     const dx = logits.gradBuffer();
-    if (!exact && crossEntropyBackwardWasm(X, dx, N, C, targets, ignoreIndex, s, g)) return;
+    if (!exact && crossEntropyBackwardWasm(X, dx, N, C, kept, ignoreIndex, s, g)) return;
     for (let n = 0; n < N; n++) {
-      const t = targets[n];
+      const t = kept[n];
       if (t === ignoreIndex) continue;
       const o = n * C;
       const end = o + C;
