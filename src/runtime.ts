@@ -30,7 +30,7 @@ import {
 } from './kernels/registry.js';
 import { BufferLayout, type Packed, readBack } from './kernels/transfer.js';
 import { type AttentionOutputs, backwardAll, problemFor } from './kernels/types.js';
-import { checkOptionNames, formatValue, sizeOf } from './shape.js';
+import { checkOptionNames, checkOptionsObject, formatValue, sizeOf } from './shape.js';
 import { type DType, Tensor, type TensorLike } from './tensor.js';
 import { browserPlatform } from './threads/browser.js';
 import type { Platform } from './threads/pool.js';
@@ -231,13 +231,6 @@ const INLINE_FLOPS = 1 << 22;
 function checkThreads(fn: string, threads: unknown): void {
   if (typeof threads !== 'number' || !Number.isSafeInteger(threads) || threads < 1) {
     throw new RangeError(`${fn}: threads must be a positive integer, got ${formatValue(threads)}`);
-  }
-}
-
-/** Throws unless `options` is an object (before it is taken apart; the planners check its names). */
-function checkOptionsObject(fn: string, options: unknown): void {
-  if (options === null || typeof options !== 'object') {
-    throw new TypeError(`${fn}: options must be an object, got ${formatValue(options)}`);
   }
 }
 

@@ -119,11 +119,16 @@ export function checkAllocation(
   );
 }
 
-/** Throws on option names the function does not know (a typo like `casual` must not pass silently). */
-export function checkOptionNames(fn: string, options: object, known: readonly string[]): void {
+/** Throws unless `options` is an object (null and primitives are named as such). */
+export function checkOptionsObject(fn: string, options: unknown): asserts options is object {
   if (options === null || typeof options !== 'object') {
     throw new TypeError(`${fn}: options must be an object, got ${formatValue(options)}`);
   }
+}
+
+/** Throws on option names the function does not know (a typo like `casual` must not pass silently). */
+export function checkOptionNames(fn: string, options: object, known: readonly string[]): void {
+  checkOptionsObject(fn, options);
   for (const key of Object.keys(options)) {
     if (!known.includes(key)) {
       const name = key.length > 40 ? `${key.slice(0, 40)}…` : key;

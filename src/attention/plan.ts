@@ -141,41 +141,8 @@ export function planAttention(
   const mask = resolveBroadcast(fn, 'mask', options.mask, weightsShape, shapes);
   const bias = resolveBroadcast(fn, 'bias', options.bias, weightsShape, shapes);
 
-  let scale = 1 / Math.sqrt(E);
-  if (options.scale !== undefined) {
-    if (typeof options.scale !== 'number' || !Number.isFinite(options.scale)) {
-      const got =
-        typeof options.scale === 'number'
-          ? String(options.scale)
-          : `${formatValue(options.scale)} (${typeof options.scale})`;
-      throw new RangeError(`${fn}: scale must be a finite number, got ${got}`);
-    }
-    scale = options.scale;
-  }
-
-  const dtype = options.dtype ?? 'float32';
-  if (dtype !== 'float32' && dtype !== 'float16') {
-    throw new TypeError(`${fn}: dtype must be 'float32' or 'float16', got ${formatValue(dtype)}`);
-  }
-
-  const kernel = options.kernel ?? 'auto';
-  if (!KERNEL_NAMES.includes(kernel)) {
-    throw new TypeError(
-      `${fn}: kernel must be one of ${KERNEL_NAMES.join(', ')}, got ${formatValue(kernel)}`,
-    );
-  }
-
-  const causal = options.causal ?? false;
-  if (causal !== true && causal !== false && causal !== 'bottom-right' && causal !== 'top-left') {
-    throw new TypeError(
-      `${fn}: causal must be true, false, 'bottom-right' or 'top-left', got ${formatValue(causal)}`,
-    );
-  }
+  const { scale, dtype, kernel, causal, left, right } = resolveOptions(fn, options, E);
   const shift = causal === 'top-left' ? 0 : S - L;
-  let left = Number.POSITIVE_INFINITY;
-  let right = Number.POSITIVE_INFINITY;
-  if (options.window !== undefined) [left, right] = resolveWindow(fn, options.window);
-  if (causal) right = Math.min(right, 0);
 
   return {
     problem: {
@@ -209,6 +176,54 @@ export function planAttention(
     kernel,
     dtype,
   };
+}
+
+/**
+ * The options that do not depend on the shapes (scale, whose default is 1/√E, dtype, kernel, causal and
+ * window), checked and resolved; planAttention's, and a cached call's before it changes its cache.
+ */
+function resolveOptions(fn: string, options: AnyResultOptions<AttentionOptions>, E: number) {
+  let scale = 1 / Math.sqrt(E);
+  if (options.scale !== undefined) {
+    if (typeof options.scale !== 'number' || !Number.isFinite(options.scale)) {
+      const got =
+        typeof options.scale === 'number'
+          ? String(options.scale)
+          : `${formatValue(options.scale)} (${typeof options.scale})`;
+      throw new RangeError(`${fn}: scale must be a finite number, got ${got}`);
+    }
+    scale = options.scale;
+  }
+
+  const dtype = options.dtype ?? 'float32';
+  if (dtype !== 'float32' && dtype !== 'float16') {
+    throw new TypeError(`${fn}: dtype must be 'float32' or 'float16', got ${formatValue(dtype)}`);
+  }
+
+  const kernel = options.kernel ?? 'auto';
+  if (!KERNEL_NAMES.includes(kernel)) {
+    throw new TypeError(
+      `${fn}: kernel must be one of ${KERNEL_NAMES.join(', ')}, got ${formatValue(kernel)}`,
+    );
+  }
+
+  const causal = options.causal ?? false;
+  if (causal !== true && causal !== false && causal !== 'bottom-right' && causal !== 'top-left') {
+    throw new TypeError(
+      `${fn}: causal must be true, false, 'bottom-right' or 'top-left', got ${formatValue(causal)}`,
+    );
+  }
+  let left = Number.POSITIVE_INFINITY;
+  let right = Number.POSITIVE_INFINITY;
+  if (options.window !== undefined) [left, right] = resolveWindow(fn, options.window);
+  if (causal) right = Math.min(right, 0);
+  return { scale, dtype, kernel, causal, left, right };
+}
+
+/** Checks an attention call's option names and shape-free options (a cached call, before its update). */
+export function checkAttentionOptions(fn: string, options: AttentionOptions, E: number): void {
+  checkOptionNames(fn, options, OPTION_NAMES);
+  resolveOptions(fn, options, E);
 }
 
 function resolveWindow(fn: string, window: unknown): [number, number] {

@@ -6,6 +6,7 @@
 import {
   type AttentionOptions,
   type AttentionPlan,
+  checkAttentionOptions,
   checkBroadcast,
   planAttention,
 } from '../attention/plan.js';
@@ -84,8 +85,7 @@ export function splitHeadsCached(
   checkBroadcast(caller, 'bias', options.bias, [B, H, L, S], '[B, H, L, S]', shapes);
   // The other options (names, causal, window, scale, kernel, dtype) do not depend on the keys held: they
   // are checked on this step's own keys, before the update too.
-  const { mask: _mask, bias: _bias, ...rest } = options;
-  planAttention(caller, qh, kh, vh, rest);
+  checkAttentionOptions(caller, options, E);
   cache.update(layer, kh, vh);
   return {
     plan: planCachedAttention(caller, qh, cache, layer, options),
