@@ -36,6 +36,7 @@ import { browserPlatform } from './threads/browser.js';
 import type { Platform } from './threads/pool.js';
 import { HEADER_BYTES, type JobArgs, projGroup } from './threads/protocol.js';
 import { ThreadRunner } from './threads/runner.js';
+import { rowSchedule } from './threads/schedule.js';
 
 export type { Platform as ThreadPlatform, PoolWorker as ThreadWorker } from './threads/pool.js';
 
@@ -281,14 +282,14 @@ async function forwardOnThreads(
   // Float16 inputs cross as halves to a kernel that reads them. For one that does not, they are widened
   // once here rather than in every worker, whose heap would keep its copy until it collects garbage.
   const problem = problemFor(kernel, p);
-  // Rows per task: at least 4 tasks per thread for balance, multiples of 32 rows, at most one head.
-  const rowsPerTask = Math.min(p.L, Math.max(32, Math.ceil((p.B * p.Hq * p.L) / (threads * 4) / 32) * 32));
-  const tasks = p.B * p.Hq * Math.ceil(p.L / rowsPerTask);
+  // Tasks of at most one head's rows, at least 4 per thread, the last ones cut smaller (schedule.ts).
+  const { schedule, tasks } = rowSchedule(p.B * p.Hq, p.L, threads);
   const layout = new BufferLayout(HEADER_BYTES);
   const args = {
     problem: layout.place(problem, 'copy', 'problem'),
-    outputs: layout.place(outputs, 'zero', 'outputs'),
-    rowsPerTask,
+    // Not zeroed: the kernels write every element of their rows (AttentionKernel.forwardRows).
+    outputs: layout.place(outputs, 'none', 'outputs'),
+    schedule,
   };
   const job = {
     op: 'attention.forward',
@@ -296,10 +297,21 @@ async function forwardOnThreads(
     fallback: fallback?.name,
     tasks,
     args,
+    // The inputs in one slice per pair, up to 8 (P1: a head's q, k and v, 768 KB each, ~0.25 ms): the
+    // workers start on the first heads while the rest are copied (worker-core's slicesRead).
+    slices: Math.min(8, p.B * p.Hq),
   } as const;
   try {
-    await runner.run(layout, job, Math.min(threads, tasks), (buffer) =>
-      readBack(outputs, args.outputs, buffer),
+    await runner.run(
+      layout,
+      job,
+      Math.min(threads, tasks),
+      (buffer) => readBack(outputs, args.outputs, buffer),
+      // The outputs are fresh arrays: their first touch faults every page in (~2 ms for P1's 2 MB here),
+      // which happens now, beside the workers, instead of in readBack after them.
+      () => {
+        for (const x of Object.values(outputs)) (x as Float32Array | Float64Array | undefined)?.fill(0);
+      },
     );
   } catch (err) {
     throw new Error(`${fn}: ${(err as Error).message}`);

@@ -18,6 +18,7 @@ const { BufferLayout, readBack } = await import(`${dist}kernels/transfer.js`);
 const { kernelByName } = await import(`${dist}kernels/registry.js`);
 const { forwardAll, KernelResourceError } = await import(`${dist}kernels/types.js`);
 const { planAttention } = await import(`${dist}attention/plan.js`);
+const { rowSchedule } = await import(`${dist}threads/schedule.js`);
 const { Tensor, scaledDotProductAttention, scaledDotProductAttentionAsync, defaultRuntime } = qkv;
 
 afterAll(() => qkv.terminateWorkers());
@@ -124,11 +125,11 @@ describe('what workers return', () => {
       lse: new Float64Array(sizes.lse),
     };
     const layout = new BufferLayout(16);
-    const args = { problem: layout.place(p, 'copy'), outputs: layout.place(got, 'zero'), rowsPerTask: 32 };
+    const { schedule, tasks } = rowSchedule(p.B * p.Hq, p.L, 2);
+    const args = { problem: layout.place(p, 'copy'), outputs: layout.place(got, 'zero'), schedule };
     const buffer = new SharedArrayBuffer(layout.byteLength);
     layout.write(buffer);
     const pool = new Pool(nodePlatform);
-    const tasks = p.B * p.Hq * Math.ceil(p.L / 32);
     await pool.run({ op: 'attention.forward', kernel: 'flash', buffer, tasks, args }, 2);
     pool.terminate();
     readBack(got, args.outputs, buffer);
@@ -138,6 +139,67 @@ describe('what workers return', () => {
     // Row 0 of each head sees only key 0, which the mask blocks: its −Infinity comes back too.
     expect(got.lse.filter((x) => x === Number.NEGATIVE_INFINITY)).toHaveLength(p.B * p.Hq);
     expect(got.lse.filter((x) => x !== 0 && Number.isFinite(x))).toHaveLength(sizes.lse - p.B * p.Hq);
+  });
+
+  for (const masked of [false, true]) {
+    it(`a streamed forward job waits for the slices its tasks read${masked ? ' (a mask: all of them)' : ''}`, async () => {
+      const q = Tensor.randn([2, 4, 96, 16], { seed: 31 });
+      const k = Tensor.randn([2, 2, 80, 16], { seed: 32 });
+      const v = Tensor.randn([2, 2, 80, 8], { seed: 33 });
+      const mask = masked
+        ? new Tensor(
+            Float32Array.from({ length: 80 }, (_, j) => j % 5),
+            [80],
+          )
+        : undefined;
+      const p = planAttention('test', q, k, v, { causal: true, mask }).problem;
+      const want = { out: new Float32Array(p.B * p.Hq * p.L * p.Ev) };
+      forwardAll(kernelByName('flash'), p, want);
+      const got = { out: new Float32Array(want.out.length) };
+      const layout = new BufferLayout(16);
+      const { schedule, tasks } = rowSchedule(p.B * p.Hq, p.L, 2);
+      const args = { problem: layout.place(p, 'copy'), outputs: layout.place(got, 'none'), schedule };
+      const buffer = new SharedArrayBuffer(layout.byteLength);
+      const header = new Int32Array(buffer, 0, 4);
+      const slices = 8;
+      const pool = new Pool(nodePlatform);
+      let finished = false;
+      const done = pool
+        .run({ op: 'attention.forward', kernel: 'flash', buffer, tasks, args, slices }, 2)
+        .then(() => {
+          finished = true;
+        });
+      // Nothing written: the workers claim their first tasks and wait.
+      await new Promise((r) => setTimeout(r, 300));
+      expect(finished).toBe(false);
+      expect(Atomics.load(header, 0)).toBe(2); // one task claimed by each worker, neither started
+      // Slices 0 … 6: a mask makes every task wait for the last slice; else the first pairs' tasks run.
+      for (let i = 0; i < slices - 1; i++) layout.write(buffer, [i, slices]);
+      Atomics.store(header, 3, slices - 1);
+      Atomics.notify(header, 3);
+      await new Promise((r) => setTimeout(r, 300));
+      expect(finished).toBe(false);
+      expect(Atomics.load(header, 0) > 2).toBe(!masked);
+      layout.write(buffer, [slices - 1, slices]);
+      Atomics.store(header, 3, slices);
+      Atomics.notify(header, 3);
+      await done;
+      pool.terminate();
+      readBack(got, args.outputs, buffer);
+      expect(got.out).toEqual(want.out);
+    });
+  }
+
+  it('slicesRead: the slices of q, k and v a pair reads (GQA: its key/value head), all of them with a mask', () => {
+    const q = Tensor.randn([1, 8, 64, 4], { seed: 1 });
+    const kv = Tensor.randn([1, 2, 32, 4], { seed: 2 });
+    const p = planAttention('test', q, kv, kv, {}).problem;
+    // 8 slices: q's pair bh is slice bh; k and v's head j = ⌊bh / 4⌋ fills slices 4j … 4j + 3.
+    expect([0, 1, 3, 4, 7].map((bh) => core.slicesRead(p, 8, bh, 64))).toEqual([4, 4, 4, 8, 8]);
+    // Rows up to 16 of pair 0 are in q's slice 0 of 32 (slices of 16 rows), k's head 0 in slices 0 … 15.
+    expect(core.slicesRead(p, 32, 0, 16)).toBe(16);
+    const mask = new Tensor(new Float32Array(32).fill(1), [32]);
+    expect(core.slicesRead(planAttention('test', q, kv, kv, { mask }).problem, 8, 0, 64)).toBe(8);
   });
 
   const backwardCases = [

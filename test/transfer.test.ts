@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
 import type { GemmProblem } from '../src/kernels/gemm-types.js';
-import { BufferLayout, type Packed, readBack, revive } from '../src/kernels/transfer.js';
+import { BufferLayout, type Packed, readBack, revive, sliceOf } from '../src/kernels/transfer.js';
 import type {
   AttentionGrads,
   AttentionOutputs,
@@ -225,6 +225,34 @@ describe('the serialiser', () => {
     const revived = revive<AttentionOutputs>(packed, buffer);
     expect(revived.lse).toBeInstanceOf(Float64Array);
     expect(Array.from(revived.weights ?? [])).toEqual(new Array(15).fill(0));
+  });
+
+  it('writes in slices (a streamed job) the same bytes as in one go, and sliceOf names where each element went', () => {
+    const tree = {
+      a: Float32Array.from({ length: 37 }, (_, i) => i + 0.5),
+      b: Int32Array.from({ length: 5 }, (_, i) => -i),
+      c: new Uint16Array(0),
+    };
+    const layout = new BufferLayout(16);
+    const packed = layout.place(tree, 'copy');
+    const scratch = layout.reserve('Float64Array', 3);
+    const whole = new SharedArrayBuffer(layout.byteLength);
+    layout.write(whole);
+    for (const n of [1, 2, 3, 8, 40]) {
+      const sliced = new SharedArrayBuffer(layout.byteLength);
+      new Uint8Array(sliced).fill(0xff); // zeroed places must be zeroed by slice 0
+      new Uint8Array(sliced, 0, 16).fill(0); // the header is the caller's
+      for (let i = 0; i < n; i++) {
+        layout.write(sliced, [i, n]);
+        // After slice i, exactly the elements sliceOf puts in slices 0 … i are in place.
+        const a = revive<typeof tree>(packed, sliced).a;
+        for (let x = 0; x < tree.a.length; x++) {
+          expect(a[x] === tree.a[x], `n ${n}, slice ${i}, a[${x}]`).toBe(sliceOf(tree.a.length, x, n) <= i);
+        }
+      }
+      expectSameTree(revive(packed, sliced), revive(packed, whole), `n = ${n}`);
+      expect(Array.from(revive<Float64Array>(scratch, sliced))).toEqual([0, 0, 0]);
+    }
   });
 
   it('refuses what cannot cross, naming where it is', () => {

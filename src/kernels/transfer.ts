@@ -92,14 +92,24 @@ export class BufferLayout {
     return this.add(kind, length, 'none');
   }
 
-  /** Fills `buffer`'s planned places: copies of the sources, or zeros. */
-  write(buffer: SharedArrayBuffer | ArrayBuffer): void {
+  /**
+   * Fills `buffer`'s planned places: copies of the sources, or zeros. With `slice` [i, n], only slice i
+   * of n: elements [i·c, (i + 1)·c) of each copied array, c = ⌈length / n⌉ (see sliceOf), and the zeroed
+   * places whole in slice 0; slices 0 … n − 1 written in turn write everything.
+   */
+  write(buffer: SharedArrayBuffer | ArrayBuffer, slice: readonly [number, number] = [0, 1]): void {
+    const [i, n] = slice;
     for (const { place, source, fill } of this.entries) {
-      const view = viewOf(place, buffer);
-      // A view of resident WASM memory (a KV cache's storage) may have been detached by the memory's
-      // growth since it was placed (write runs after an await): copy from a fresh view of it.
-      if (fill === 'copy' && source) view.set(source instanceof Float32Array ? liveView(source) : source);
-      else if (fill === 'zero') view.fill(0);
+      if (fill === 'copy' && source) {
+        const c = Math.ceil(place.length / n);
+        const from = Math.min(place.length, i * c);
+        const to = Math.min(place.length, from + c);
+        if (from === to) continue;
+        // A view of resident WASM memory (a KV cache's storage) may have been detached by the memory's
+        // growth since it was placed (write runs after an await): copy from a fresh view of it.
+        const live = source instanceof Float32Array ? liveView(source) : source;
+        viewOf(place, buffer).set(n === 1 ? live : live.subarray(from, to), from);
+      } else if (fill === 'zero' && i === 0) viewOf(place, buffer).fill(0);
     }
   }
 
@@ -163,6 +173,11 @@ function viewOf(place: Placed, buffer: SharedArrayBuffer | ArrayBuffer): TypedAr
   const Type = ARRAY_TYPES[place.$array];
   if (!Type) throw new TypeError(`transfer: unknown array type '${String(place.$array)}'`);
   return new Type(buffer as ArrayBuffer, place.offset, place.length);
+}
+
+/** The slice of n (BufferLayout.write) in which element `element` of an array of `length` is written. */
+export function sliceOf(length: number, element: number, n: number): number {
+  return Math.floor(element / Math.ceil(length / n));
 }
 
 /** The tree `packed` came from, its typed arrays now views on `buffer` (in the receiving thread). */

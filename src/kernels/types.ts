@@ -159,7 +159,8 @@ export interface AttentionOutputs {
 /**
  * A compute kernel. `supports` returns true, or a reason it cannot serve the call. `forwardRows` computes
  * query rows [i0, i1) of one (batch, head) pair `bh` = b·Hq + h and writes only their slices of the
- * outputs, so a worker pool can split a call into independent tasks.
+ * outputs, so a worker pool can split a call into independent tasks, and every element of those slices
+ * (zeros for a row that sees no key), so the pool's reused buffer is not zeroed before a call.
  */
 export interface AttentionKernel {
   readonly name: string;

@@ -13,11 +13,12 @@ import type {
   BackwardInputs,
   BackwardProblem,
 } from '../kernels/types.js';
+import type { RowSchedule } from './schedule.js';
 
 /** What each operation's workers receive (packed), by operation name. */
 export interface JobArgs {
-  /** Query rows of (batch, head) pairs: task t is rows [i0, i0 + rowsPerTask) of pair ⌊t / blocks⌋. */
-  'attention.forward': { problem: AttentionProblem; outputs: AttentionOutputs; rowsPerTask: number };
+  /** Query rows of (batch, head) pairs: task t is the rows taskRows(schedule, L, t) names (schedule.ts). */
+  'attention.forward': { problem: AttentionProblem; outputs: AttentionOutputs; schedule: RowSchedule };
   /**
    * Backward tasks bkv = b·Hkv + hk (see AttentionBackward). dbias, which tasks accumulate, is one
    * float64 row per worker in `dbiasParts` ([workers × bias length], zeroed); the caller sums the rows.
@@ -88,6 +89,8 @@ export const HEADER = {
   cancelled: 1,
   /** Each worker of a job takes a ticket 0, 1, … (its row of per-worker scratch space). */
   ticket: 2,
+  /** A streamed job (Job.slices): how many slices of its inputs the caller has written so far. */
+  written: 3,
 } as const;
 
 /** Bytes reserved for HEADER at the start of a job's buffer. */
@@ -103,6 +106,13 @@ export interface Job<O extends Op = Op> {
   buffer: SharedArrayBuffer;
   /** Tasks 0 … tasks − 1, claimed through HEADER.next. */
   tasks: number;
+  /**
+   * Streamed inputs: the job is posted before its inputs are written, which the caller then does in
+   * this many slices (BufferLayout.write), counting them in HEADER.written; a task waits for the slices
+   * it reads (sliceOf). Absent: everything is written before the job is posted. Only operations whose
+   * runner waits (attention.forward) may be streamed.
+   */
+  slices?: number;
   args: Packed<JobArgs[O]>;
 }
 

@@ -74,30 +74,54 @@ export class ThreadRunner {
 
   /**
    * Runs `job`'s tasks on `workers` workers over a buffer laid out by `layout` (HEADER_BYTES first);
-   * `collect` reads the results out of the buffer before it goes back for reuse. Rejects with the first
-   * worker error's message and stops the other workers' remaining tasks.
+   * `collect` reads the results out of the buffer before it goes back for reuse. `meanwhile` runs on
+   * this thread once the job is posted, while the workers compute (e.g. touching the fresh memory that
+   * `collect` will write: its page faults then cost no time after the workers finish). Rejects with the
+   * first worker error's message and stops the other workers' remaining tasks.
    */
   async run(
     layout: BufferLayout,
     job: Omit<Job, 'buffer'>,
     workers: number,
     collect: (buffer: SharedArrayBuffer) => void,
+    meanwhile?: () => void,
   ): Promise<void> {
     const buffer = await this.buffers.take(layout.byteLength);
-    const header = new Int32Array(buffer, 0, 3);
+    const header = new Int32Array(buffer, 0, 4);
     header.fill(0);
-    try {
-      layout.write(buffer); // throws e.g. on an input detached since the call (no worker has seen it)
-    } catch (err) {
-      this.buffers.release(buffer);
-      throw err;
+    const slices = job.slices ?? 1;
+    if (!job.slices) {
+      try {
+        layout.write(buffer); // throws e.g. on an input detached since the call (no worker has seen it)
+      } catch (err) {
+        this.buffers.release(buffer);
+        throw err;
+      }
     }
+    let writeError: unknown;
     try {
-      await this.getPool().run({ ...job, buffer } as Job, workers);
+      const done = this.getPool().run({ ...job, buffer } as Job, workers);
+      // Streamed: the workers wake while the inputs are written, and start on the first slices' tasks.
+      for (let i = 0; i < slices && job.slices && writeError === undefined; i++) {
+        try {
+          layout.write(buffer, [i, slices]);
+        } catch (err) {
+          writeError = err;
+          Atomics.store(header, HEADER.cancelled, 1); // the workers stop claiming tasks
+        }
+        Atomics.store(header, HEADER.written, writeError === undefined ? i + 1 : slices);
+        Atomics.notify(header, HEADER.written);
+      }
+      if (writeError === undefined) meanwhile?.();
+      await done;
     } catch (err) {
       Atomics.store(header, HEADER.cancelled, 1);
       this.buffers.release(undefined); // not reused: workers may still write to it
       throw err;
+    }
+    if (writeError !== undefined) {
+      this.buffers.release(buffer); // every worker has stopped
+      throw writeError;
     }
     try {
       collect(buffer);

@@ -7,8 +7,13 @@ import { chooseGemmKernel, type GemmKernelName } from '../kernels/gemm.js';
 import type { GemmKernel, GemmProblem } from '../kernels/gemm-types.js';
 import { linearProblem, swapMiddle } from '../kernels/matmul.js';
 import { kernelByName } from '../kernels/registry.js';
-import { revive } from '../kernels/transfer.js';
-import { type AttentionKernel, KernelResourceError, rowRunner } from '../kernels/types.js';
+import { revive, sliceOf } from '../kernels/transfer.js';
+import {
+  type AttentionKernel,
+  type AttentionProblem,
+  KernelResourceError,
+  rowRunner,
+} from '../kernels/types.js';
 import {
   type FromWorker,
   HEADER,
@@ -18,6 +23,7 @@ import {
   projGroup,
   type ToWorker,
 } from './protocol.js';
+import { taskRows } from './schedule.js';
 
 /** Runs one worker's share of a job: `next()` claims a task (−1 when none is left), `ticket` is 0, 1, … */
 type Runner<O extends Op> = (job: Job<O>, args: JobArgs[O], next: () => number, ticket: number) => void;
@@ -29,18 +35,22 @@ function kernelNamed(name: string): AttentionKernel {
 }
 
 const RUNNERS: { [O in Op]: Runner<O> } = {
-  'attention.forward'(job, { problem, outputs, rowsPerTask }, next) {
+  'attention.forward'(job, { problem, outputs, schedule }, next) {
     // An 'auto' call whose kernel runs out of resources here goes on with the fallback (rowRunner);
     // float16 inputs arrive as halves only for kernels that read them, a fallback that does not widens.
     const fallback = job.fallback === undefined ? undefined : kernelNamed(job.fallback);
     const runner = rowRunner(kernelNamed(job.kernel), problem, outputs, fallback);
-    const blocksPerHead = Math.ceil(problem.L / rowsPerTask);
-    for (let task = next(); task !== -1; task = next()) {
-      const bh = Math.floor(task / blocksPerHead);
-      const i0 = (task % blocksPerHead) * rowsPerTask;
-      runner.run(bh, i0, Math.min(problem.L, i0 + rowsPerTask));
+    const header = new Int32Array(job.buffer, 0, 4);
+    try {
+      for (let task = next(); task !== -1; task = next()) {
+        const [bh, i0, i1] = taskRows(schedule, problem.L, task);
+        if (i0 >= i1) continue;
+        if (job.slices && !waitWritten(header, slicesRead(problem, job.slices, bh, i1))) break;
+        runner.run(bh, i0, i1);
+      }
+    } finally {
+      runner.release();
     }
-    runner.release();
   },
 
   'attention.backward'(job, { problem, inputs, grads, dbiasParts }, next, ticket) {
@@ -86,6 +96,36 @@ const RUNNERS: { [O in Op]: Runner<O> } = {
 
   'mha.forward': mhaForward,
 };
+
+/**
+ * How many of a streamed forward's n slices (Job.slices) rows [·, i1) of pair bh read: the slices that
+ * hold the pair's query rows and its key/value head's keys and values. All n when the problem has
+ * another array (a mask, a bias, a flex program, float16 halves, a cache's layout): those are read whole.
+ */
+export function slicesRead(p: AttentionProblem, n: number, bh: number, i1: number): number {
+  if (p.mask || p.bias || p.flex || p.half || p.kv) return n;
+  const { Hq, Hkv, L, S, E, Ev } = p;
+  const b = Math.floor(bh / Hq);
+  const kvPair = b * Hkv + Math.floor((bh % Hq) / (Hq / Hkv));
+  let last = 0;
+  const upTo = (length: number, end: number) => {
+    if (end > 0) last = Math.max(last, sliceOf(length, end - 1, n));
+  };
+  upTo(p.q.length, (bh * L + i1) * E);
+  upTo(p.k.length, (kvPair + 1) * S * E);
+  upTo(p.v.length, (kvPair + 1) * S * Ev);
+  return last + 1;
+}
+
+/** Waits until `slices` slices of a streamed job's inputs are written; false if it was cancelled. */
+function waitWritten(header: Int32Array, slices: number): boolean {
+  for (;;) {
+    if (Atomics.load(header, HEADER.cancelled) !== 0) return false;
+    const written = Atomics.load(header, HEADER.written);
+    if (written >= slices) return true;
+    Atomics.wait(header, HEADER.written, written, 50); // the timeout rechecks `cancelled`
+  }
+}
 
 /** One GEMM's rows [m0, m1) on `kernel`, its fallback taking over a refused call (as the 'gemm' op does). */
 function gemmRows(
