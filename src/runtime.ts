@@ -471,10 +471,20 @@ async function multiHeadOnThreads(
   };
   const job = { op: 'mha.forward', kernel: kernel.name, fallback: fallback?.name, tasks, args } as const;
   try {
-    await runner.run(layout, job, workers, (buffer) => {
-      call.out.set(new Float32Array(buffer, outC.offset, outC.length));
-      if (call.weights && packedOutputs.weights) readBack(call.weights, packedOutputs.weights, buffer);
-    });
+    await runner.run(
+      layout,
+      job,
+      workers,
+      (buffer) => {
+        call.out.set(new Float32Array(buffer, outC.offset, outC.length));
+        if (call.weights && packedOutputs.weights) readBack(call.weights, packedOutputs.weights, buffer);
+      },
+      // Fresh arrays: their pages fault in now, beside the workers (as forwardOnThreads does).
+      () => {
+        call.out.fill(0);
+        call.weights?.fill(0);
+      },
+    );
   } catch (err) {
     throw new Error(`${fn}: ${(err as Error).message}`);
   }

@@ -38,20 +38,20 @@ describe('rowSchedule and taskRows', () => {
     }
   });
 
-  it('gives each thread at least 4 tasks when there are rows for them, and cuts the last blocks smaller', () => {
-    // P1 on two threads: one head a task for the first six heads, then the last two in quarters.
+  it('gives each thread at least 4 tasks when there are rows for them, and cuts the last blocks in eighths', () => {
+    // P1 on two threads: one head a task for the first six heads, then the last two in eighths.
     const p1 = rowSchedule(8, 1024, 2);
-    expect(p1.schedule).toEqual({ rowsPerTask: 1024, whole: 6, subRows: 256, split: 4 });
-    expect(p1.tasks).toBe(14);
+    expect(p1.schedule).toEqual({ rowsPerTask: 1024, whole: 6, subRows: 128, split: 8 });
+    expect(p1.tasks).toBe(22);
     expect(taskRows(p1.schedule, 1024, 5)).toEqual([5, 0, 1024]);
-    expect(taskRows(p1.schedule, 1024, 6)).toEqual([6, 0, 256]);
-    expect(taskRows(p1.schedule, 1024, 13)).toEqual([7, 768, 1024]);
-    // One long head on four threads: 16 blocks of 256 rows, the last four in quarters of 64.
+    expect(taskRows(p1.schedule, 1024, 6)).toEqual([6, 0, 128]);
+    expect(taskRows(p1.schedule, 1024, 21)).toEqual([7, 896, 1024]);
+    // One long head on four threads: 16 blocks of 256 rows, the last four in eighths of 32.
     const long = rowSchedule(1, 4096, 4);
-    expect(long.schedule).toEqual({ rowsPerTask: 256, whole: 12, subRows: 64, split: 4 });
-    expect(long.tasks).toBe(28);
+    expect(long.schedule).toEqual({ rowsPerTask: 256, whole: 12, subRows: 32, split: 8 });
+    expect(long.tasks).toBe(44);
     // One thread has no one to balance with; blocks of 32 rows are not cut again.
-    expect(rowSchedule(8, 1024, 1).schedule.split).toBe(4);
+    expect(rowSchedule(8, 1024, 1).schedule.split).toBe(8);
     expect(rowSchedule(8, 1024, 1).tasks).toBe(8);
     const small = rowSchedule(3, 40, 2);
     expect(small.schedule.split).toBe(1);
