@@ -7,7 +7,7 @@
 // dense mask, causalMask against causal sdpa, a JS scoreMod against the built-in (results-f1.json).
 // One decision to know: rows run one at a time (never in parallel) so that they do not compete for the
 // two cores; a grid row estimated to take over 30 s per run is skipped and says so.
-// Flags: --table <names>, --quick, --only <substring> (repeatable), --readme, --readme-only.
+// Flags: --table <names>, --quick, --only <substring> (repeatable), --rounds <n>, --readme, --readme-only.
 
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -69,6 +69,8 @@ const USAGE = `usage: npm run bench -- [options]
   --only <substring>   rows whose "implementation config" (grid), "P2 implementation", "T1 implementation",
                        "G1 row" or "F1 row" contains it, e.g. --only "ort" --only "(1,8,1024" (repeatable;
                        a partial run writes bench/results.partial.json)
+  --rounds <n>         rounds of the rows the targets compare (P1's, P2's and T1's speed rows), default
+                       ${TABLE_ROUNDS}: more rounds for a noisy machine
   --readme             after the run, rewrite the sections of docs/benchmarks.md whose tables ran in full
   --readme-only        only rewrite docs/benchmarks.md from bench/results.json, results-p2.json,
                        results-t1.json, results-g1.json, results-f1.json (with --table, only those
@@ -80,6 +82,8 @@ interface Args {
   only: string[];
   readme: boolean;
   readmeOnly: boolean;
+  /** Rounds of the target rows (--rounds). */
+  rounds: number;
 }
 
 function parseTables(list: string): TableName[] {
@@ -94,13 +98,28 @@ function parseTables(list: string): TableName[] {
 }
 
 function parseArgs(argv: string[]): Args {
-  const args: Args = { tables: [], quick: false, only: [], readme: false, readmeOnly: false };
+  const args: Args = {
+    tables: [],
+    quick: false,
+    only: [],
+    readme: false,
+    readmeOnly: false,
+    rounds: TABLE_ROUNDS,
+  };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === '--quick') args.quick = true;
     else if (a === '--table' && argv[i + 1] !== undefined) args.tables.push(...parseTables(argv[++i]));
     else if (a.startsWith('--table=')) args.tables.push(...parseTables(a.slice('--table='.length)));
-    else if (a === '--readme') args.readme = true;
+    else if (a === '--rounds' || a.startsWith('--rounds=')) {
+      const value = a === '--rounds' ? argv[++i] : a.slice('--rounds='.length);
+      const n = Number(value);
+      if (!Number.isInteger(n) || n < 1 || n > 99) {
+        console.error(`bench: --rounds takes an integer from 1 to 99, got '${value}'\n${USAGE}`);
+        process.exit(2);
+      }
+      args.rounds = n;
+    } else if (a === '--readme') args.readme = true;
     else if (a === '--readme-only') args.readmeOnly = true;
     else if (a === '--help') {
       console.log(USAGE);
@@ -159,6 +178,8 @@ interface Planned {
 
 interface RunContext {
   quick: boolean;
+  /** Rounds of the target rows (--rounds). */
+  rounds: number;
   ortNodeInstalled: boolean;
   /** Temporary directory for the expected outputs. */
   scratch: string;
@@ -223,7 +244,7 @@ function targetRank({ impl }: Row): number {
 }
 
 /**
- * Runs the rows the speed targets compare (P1) again, so that each has TABLE_ROUNDS rounds, the grid's
+ * Runs the rows the speed targets compare (P1) again, so that each has ctx.rounds rounds, the grid's
  * run the first: the rows of a config back to back, each qkv row next to its peer and every other round
  * in reverse order, so a machine whose speed drifts moves a row and its peer together (in the grid, a
  * row and its peer run minutes apart). A row's ms becomes the median of its rounds' medians; a round
@@ -242,7 +263,7 @@ async function runTargetRounds(rows: Row[], plan: Planned[], ctx: RunContext): P
   if (targets.length < 2) return;
   targets.sort((a, b) => targetRank(a.row) - targetRank(b.row));
   for (const { row } of targets) row.roundsMs = [row.ms as number];
-  for (let round = 1; round < TABLE_ROUNDS; round++) {
+  for (let round = 1; round < ctx.rounds; round++) {
     for (const { row, planned } of round % 2 ? [...targets].reverse() : targets) {
       if (row.status !== 'ok') continue;
       const again = await measureRow(planned, ctx);
@@ -255,7 +276,7 @@ async function runTargetRounds(rows: Row[], plan: Planned[], ctx: RunContext): P
         row.ms = undefined;
         row.gflops = undefined;
         console.log(
-          `  ${row.implementation}  ${row.config} (round ${round + 1}/${TABLE_ROUNDS})  ${row.status}`,
+          `  ${row.implementation}  ${row.config} (round ${round + 1}/${ctx.rounds})  ${row.status}`,
         );
         continue;
       }
@@ -264,7 +285,7 @@ async function runTargetRounds(rows: Row[], plan: Planned[], ctx: RunContext): P
       row.ms = median(row.roundsMs ?? []);
       row.gflops = flops(row.shape) / row.ms / 1e6;
       console.log(
-        `  ${row.implementation}  ${row.config} (round ${round + 1}/${TABLE_ROUNDS})  ${again.ms.toFixed(1)} ms`,
+        `  ${row.implementation}  ${row.config} (round ${round + 1}/${ctx.rounds})  ${again.ms.toFixed(1)} ms`,
       );
     }
   }
@@ -286,6 +307,7 @@ async function runAttention(args: Args, relaxedRows: boolean, ortNodeInstalled: 
   console.log(`attention grid: ${plan.length} rows`);
   const context: RunContext = {
     quick: args.quick,
+    rounds: args.rounds,
     ortNodeInstalled,
     scratch: mkdtempSync(join(tmpdir(), 'qkv-bench-')),
     expectedFiles: new Map(),
@@ -342,6 +364,7 @@ async function main(): Promise<void> {
     benchDir: BENCH_DIR,
     peersDir: PEERS_DIR,
     quick: args.quick,
+    rounds: args.rounds,
     selected: (label) => args.only.length === 0 || args.only.some((s) => label.toLowerCase().includes(s)),
     log: (line) => console.log(line),
   };

@@ -22,7 +22,7 @@ import { finishG1Rows, G1_IMPLS, type G1Impl, type G1Row, g1Name, g1Summary } fr
 import type { G1Job } from './g1-rows.js';
 import { RELAXED_SIMD_FLAG } from './jobs.js';
 import { finishP2Rows, type P2Row, p2Impls, p2Name, statusText } from './p2.js';
-import { median, TABLE_ROUNDS } from './results.js';
+import { median } from './results.js';
 import { runChild } from './spawn.js';
 import {
   finishT1Rows,
@@ -45,6 +45,8 @@ export interface TableContext {
   benchDir: string;
   peersDir: string;
   quick: boolean;
+  /** Rounds of the speed rows (--rounds; 1 with --quick). */
+  rounds: number;
   /** Keeps the row when true (--only). */
   selected: (label: string) => boolean;
   /** Prints one finished row. */
@@ -102,7 +104,7 @@ const p2Rank = ({ impl }: P2Row) =>
 const t1Rank = ({ impl }: T1Row) =>
   impl.kind === 'qkv' ? 10 * impl.threads + (impl.relaxed ? 2 : 0) : impl.kind === 'tfjs-wasm' ? 11 : 100;
 
-/** Runs the P2 rows (those `selected` keeps) in TABLE_ROUNDS rounds; `relaxedRows` adds qkv's FMA rows (Node 20). */
+/** Runs the P2 rows (those `selected` keeps) in ctx.rounds rounds; `relaxedRows` adds qkv's FMA rows (Node 20). */
 export async function runP2(ctx: TableContext, relaxedRows: boolean): Promise<P2Row[]> {
   const impls = p2Impls(relaxedRows).filter((impl) => ctx.selected(`P2 ${p2Name(impl)}`));
   const rows: P2Row[] = impls.map((impl) => ({
@@ -112,7 +114,7 @@ export async function runP2(ctx: TableContext, relaxedRows: boolean): Promise<P2
     timesMs: [],
     roundsMs: [],
   }));
-  const rounds = ctx.quick ? 1 : TABLE_ROUNDS;
+  const rounds = ctx.quick ? 1 : ctx.rounds;
   for (let round = 0; round < rounds; round++) {
     for (const row of roundOrder(rows, p2Rank, round)) {
       if (row.status !== 'ok') continue; // failed, or not installed: not run again
@@ -173,7 +175,7 @@ const roundText = (round: number, rounds: number) => (rounds > 1 ? ` (round ${ro
 
 /**
  * Runs the T1 rows (those `selected` keeps); `relaxedRows` adds qkv's FMA rows (Node 20). The speed rows
- * run in TABLE_ROUNDS rounds; tfjs-cpu (one step of about a minute) and the memory rows run once, after
+ * run in ctx.rounds rounds; tfjs-cpu (one step of about a minute) and the memory rows run once, after
  * the first round and after the last.
  */
 export async function runT1(ctx: TableContext, relaxedRows: boolean): Promise<T1Row[]> {
@@ -189,7 +191,7 @@ export async function runT1(ctx: TableContext, relaxedRows: boolean): Promise<T1
     rssMB: [],
   }));
   const once = (impl: T1Impl) => impl.kind === 'tfjs-cpu' || (impl.kind === 'qkv' && impl.long === true);
-  const rounds = ctx.quick ? 1 : TABLE_ROUNDS;
+  const rounds = ctx.quick ? 1 : ctx.rounds;
   for (let round = 0; round < rounds; round++) {
     const speedRows = rows.filter((r) => !once(r.impl));
     for (const row of roundOrder(speedRows, t1Rank, round)) await runT1Row(ctx, row, round, rounds);

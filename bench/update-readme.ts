@@ -73,9 +73,16 @@ interface TableResults<R> {
   rows: R[];
 }
 
+/** How many rounds the rows ran in (--rounds): the most any row has; TABLE_ROUNDS for results before rounds. */
+function roundsRun(rows: readonly { roundsMs?: number[] }[]): number {
+  const most = Math.max(0, ...rows.map((r) => r.roundsMs?.length ?? 0));
+  return most > 1 ? most : TABLE_ROUNDS;
+}
+
 export function benchSection(results: Results): string {
   const memoryRows = results.rows.filter((r) => r.memoryLimitMB !== undefined);
   const timeRows = results.rows.filter((r) => r.memoryLimitMB === undefined);
+  const rounds = roundsRun(results.rows);
   return [
     START,
     '## Benchmarks',
@@ -93,7 +100,7 @@ export function benchSection(results: Results): string {
     'ms for the fastest portable peer (tfjs-wasm, onnxruntime-web) on at most as many threads; > 1 means',
     'qkv is faster. `--quick` and `--only <substring>` run a subset; `--readme` rewrites this section. The',
     'machine is shared, so expect noise: the rows the targets compare run in',
-    `${TABLE_ROUNDS} rounds (the grid's run the first, then each qkv row next to its onnxruntime-web row, every`,
+    `${rounds} rounds (the grid's run the first, then each qkv row next to its onnxruntime-web row, every`,
     'other round in reverse order); their ms is the median over the rounds of each round’s median, and the',
     'targets table gives the ratio round by round.',
     '',
@@ -116,6 +123,7 @@ export function benchSection(results: Results): string {
 
 export function p2Section(results: TableResults<P2Row>): string {
   const { atol, rtol } = MHA_TOLERANCE;
+  const rounds = roundsRun(results.rows);
   return [
     MARKERS.p2[0],
     '## P2: MultiHeadAttention forward',
@@ -131,7 +139,7 @@ export function p2Section(results: TableResults<P2Row>): string {
     'SIMD on (as above). Every row loads its weights out of that one .onnx and is checked, before it is',
     'timed, against PyTorch’s float64 output for 17 query rows (stored in the file’s metadata):',
     `|out − expected| ≤ ${atol.toExponential(0)} + ${rtol.toExponential(0)}·|expected| on every element (max err below). The rows run in`,
-    `${TABLE_ROUNDS} rounds, each running every row once, each qkv row next to its onnxruntime-web row and every other`,
+    `${rounds} rounds, each running every row once, each qkv row next to its onnxruntime-web row and every other`,
     'round in reverse order, so a machine whose speed drifts moves a row and its peer together. A row’s ms is the median over the rounds of each',
     'round’s median of up to 30 runs (or 4 s) after two warm-up runs; runs counts them all. The ratio is',
     'onnxruntime-web’s ms at the same thread count ÷ the row’s ms; the targets table also gives it round by',
@@ -147,6 +155,7 @@ export function p2Section(results: TableResults<P2Row>): string {
 }
 
 export function t1Section(results: TableResults<T1Row>): string {
+  const rounds = roundsRun(results.rows);
   return [
     MARKERS.t1[0],
     '## T1: a training step',
@@ -167,7 +176,7 @@ export function t1Section(results: TableResults<T1Row>): string {
     'where TinyTransformer.forward takes a `threads` option, else it says n/a.',
     '',
     'tokens/s = 2048 ÷ the median step time over the timed steps (up to 12, or 20 s, at least 3) after',
-    `warm-up steps (2, or 1 when a step takes over 5 s), in each of ${TABLE_ROUNDS} rounds: a round runs every speed row`,
+    `warm-up steps (2, or 1 when a step takes over 5 s), in each of ${rounds} rounds: a round runs every speed row`,
     'once, the one-thread qkv rows next to tfjs-wasm and every other round in reverse order (tfjs-cpu and the',
     'memory rows run once), and a row’s figure is the median of its',
     'rounds’; the targets table also gives the ratio round by round. The rows start from different random weights,',

@@ -190,16 +190,37 @@ describe('what workers return', () => {
     });
   }
 
-  it('slicesRead: the slices of q, k and v a pair reads (GQA: its key/value head), all of them with a mask', () => {
-    const q = Tensor.randn([1, 8, 64, 4], { seed: 1 });
-    const kv = Tensor.randn([1, 2, 32, 4], { seed: 2 });
+  it('slicesRead: the slices of q (its whole GQA group), k and v a pair reads, all of them with a mask', () => {
+    const q = Tensor.randn([2, 8, 64, 4], { seed: 1 });
+    const kv = Tensor.randn([2, 2, 32, 4], { seed: 2 });
     const p = planAttention('test', q, kv, kv, {}).problem;
-    // 8 slices: q's pair bh is slice bh; k and v's head j = ⌊bh / 4⌋ fills slices 4j … 4j + 3.
-    expect([0, 1, 3, 4, 7].map((bh) => core.slicesRead(p, 8, bh, 64))).toEqual([4, 4, 4, 8, 8]);
-    // Rows up to 16 of pair 0 are in q's slice 0 of 32 (slices of 16 rows), k's head 0 in slices 0 … 15.
-    expect(core.slicesRead(p, 32, 0, 16)).toBe(16);
+    // 16 slices: q's pair bh is slice bh, its group of 4 heads ends in slice 4j + 3, as k and v's head j.
+    expect([0, 3, 4, 9, 15].map((bh) => core.slicesRead(p, 16, bh))).toEqual([4, 4, 8, 12, 16]);
+    // Values with fewer columns are cut the same way; 4 slices: one per key/value head.
+    const v = Tensor.randn([2, 2, 32, 1], { seed: 3 });
+    expect(
+      [0, 5, 8].map((bh) => core.slicesRead(planAttention('test', q, kv, v, {}).problem, 4, bh)),
+    ).toEqual([1, 2, 3]);
     const mask = new Tensor(new Float32Array(32).fill(1), [32]);
-    expect(core.slicesRead(planAttention('test', q, kv, kv, { mask }).problem, 8, 0, 64)).toBe(8);
+    expect(core.slicesRead(planAttention('test', q, kv, kv, { mask }).problem, 8, 0)).toBe(8);
+  });
+
+  it('a streamed decode-sized GQA call (the WASM decode path reads every query head of a group) equals the sync call', async () => {
+    // L = 1 and 4 query heads per key head: the first task of a group computes all four heads' rows.
+    for (const [B, Hq, Hkv] of [
+      [1, 8, 2],
+      [3, 8, 2],
+      [2, 16, 1],
+    ]) {
+      const q = Tensor.randn([B, Hq, 1, 64], { seed: B });
+      const k = Tensor.randn([B, Hkv, 4096, 64], { seed: 10 + B });
+      const v = Tensor.randn([B, Hkv, 4096, 64], { seed: 20 + B });
+      const want = scaledDotProductAttention(q, k, v, { kernel: 'wasm' });
+      for (let round = 0; round < 3; round++) {
+        const got = await scaledDotProductAttentionAsync(q, k, v, { kernel: 'wasm', threads: 2 });
+        expect(got.data, `B ${B}, Hq ${Hq}, Hkv ${Hkv}, round ${round}`).toEqual(want.data);
+      }
+    }
   });
 
   const backwardCases = [

@@ -45,7 +45,7 @@ const RUNNERS: { [O in Op]: Runner<O> } = {
       for (let task = next(); task !== -1; task = next()) {
         const [bh, i0, i1] = taskRows(schedule, problem.L, task);
         if (i0 >= i1) continue;
-        if (job.slices && !waitWritten(header, slicesRead(problem, job.slices, bh, i1))) break;
+        if (job.slices && !waitWritten(header, slicesRead(problem, job.slices, bh))) break;
         runner.run(bh, i0, i1);
       }
     } finally {
@@ -98,22 +98,24 @@ const RUNNERS: { [O in Op]: Runner<O> } = {
 };
 
 /**
- * How many of a streamed forward's n slices (Job.slices) rows [·, i1) of pair bh read: the slices that
- * hold the pair's query rows and its key/value head's keys and values. All n when the problem has
+ * How many of a streamed forward's n slices (Job.slices) a task of pair bh reads: the slices that hold
+ * the query rows of every head of its GQA group (the WASM kernel's decode path computes the whole group
+ * on its first task, wasm.ts) and its key/value head's keys and values. All n when the problem has
  * another array (a mask, a bias, a flex program, float16 halves, a cache's layout): those are read whole.
  */
-export function slicesRead(p: AttentionProblem, n: number, bh: number, i1: number): number {
+export function slicesRead(p: AttentionProblem, n: number, bh: number): number {
   if (p.mask || p.bias || p.flex || p.half || p.kv) return n;
   const { Hq, Hkv, L, S, E, Ev } = p;
+  const group = Hq / Hkv;
   const b = Math.floor(bh / Hq);
-  const kvPair = b * Hkv + Math.floor((bh % Hq) / (Hq / Hkv));
+  const hk = Math.floor((bh % Hq) / group);
   let last = 0;
   const upTo = (length: number, end: number) => {
     if (end > 0) last = Math.max(last, sliceOf(length, end - 1, n));
   };
-  upTo(p.q.length, (bh * L + i1) * E);
-  upTo(p.k.length, (kvPair + 1) * S * E);
-  upTo(p.v.length, (kvPair + 1) * S * Ev);
+  upTo(p.q.length, (b * Hq + (hk + 1) * group) * L * E);
+  upTo(p.k.length, (b * Hkv + hk + 1) * S * E);
+  upTo(p.v.length, (b * Hkv + hk + 1) * S * Ev);
   return last + 1;
 }
 
