@@ -190,6 +190,48 @@ describe('what workers return', () => {
     });
   }
 
+  it("a platform whose post runs the job inline gets an error naming why, not a hang (a streamed job's inputs come after post)", () => {
+    // In a child process: a hang here is a synchronous spin of the test's own thread.
+    const script = `
+      const qkv = await import(${JSON.stringify(`${dist}index.node.js`)});
+      const core = await import(${JSON.stringify(`${dist}threads/worker-core.js`)});
+      const platform = {
+        name: 'inline', cores: () => 2, sharedMemoryUnavailable: () => '',
+        createWorker() {
+          let handler = () => {};
+          return {
+            post: (m) => core.handleMessage(m, (r) => queueMicrotask(() => handler(r))),
+            onMessage: (h) => { handler = h; }, onError: () => {}, ref() {}, unref() {}, terminate() {},
+          };
+        },
+      };
+      const rt = qkv.createRuntime({ platform, threads: 2 });
+      const q = qkv.Tensor.randn([1, 4, 256, 32], { seed: 1 });
+      // A job that is not streamed still runs there (its inputs are written before it is posted).
+      const dOut = qkv.Tensor.randn([1, 4, 256, 32], { seed: 2 });
+      const grads = await rt.attentionBackwardAsync(q, q, q, dOut, { kernel: 'reference' });
+      console.log('backward', grads.dq.shape.join('x'));
+      try {
+        await rt.scaledDotProductAttentionAsync(q, q, q);
+        console.log('resolved');
+      } catch (err) {
+        console.log('rejected:', err.message);
+      }
+      const again = await qkv.scaledDotProductAttentionAsync(q, q, q, { threads: 2 });
+      console.log('default runtime', again.shape.join('x'));
+    `;
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+      timeout: 20_000,
+      encoding: 'utf8',
+    });
+    expect(r.signal, r.stderr).toBe(null);
+    expect(r.stdout).toContain('backward 1x4x256x32');
+    expect(r.stdout).toMatch(
+      /rejected: scaledDotProductAttentionAsync: the thread platform's worker ran the job inside post\(\).*post must only send the message/,
+    );
+    expect(r.stdout).toContain('default runtime 1x4x256x32');
+  }, 30_000);
+
   it('slicesRead: the slices of q (its whole GQA group), k and v a pair reads, all of them with a mask', () => {
     const q = Tensor.randn([2, 8, 64, 4], { seed: 1 });
     const kv = Tensor.randn([2, 2, 32, 4], { seed: 2 });

@@ -9,7 +9,11 @@ import type { FromWorker, Job, ToWorker } from './protocol.js';
 
 /** The little a pool needs from a worker. */
 export interface PoolWorker {
-  /** Sends a message to the worker. */
+  /**
+   * Sends a message to the worker, to be run after `post` returns (as postMessage does): the caller
+   * copies a streamed job's inputs in after posting it (protocol.ts, Job.slices), so a worker that ran
+   * the job inside `post`, on the caller's thread, would wait for them forever; it fails instead.
+   */
   post(message: ToWorker): void;
   /** Registers the handler of the worker's messages. */
   onMessage(handler: (message: FromWorker) => void): void;

@@ -118,3 +118,22 @@ export interface Job<O extends Op = Op> {
 
 export type ToWorker = { type: 'run'; id: number; job: Job };
 export type FromWorker = { type: 'done'; id: number } | { type: 'error'; id: number; message: string };
+
+/**
+ * One value per thread under `Symbol.for(key)` on globalThis, made on first use, so every copy of qkv in
+ * the thread (a bundle and a direct import) shares it and importing qkv touches no global.
+ */
+export function threadGlobal<T>(key: string, make: () => T): T {
+  const symbol = Symbol.for(key);
+  const global = globalThis as { [key: symbol]: T | undefined };
+  global[symbol] ??= make();
+  return global[symbol];
+}
+
+/**
+ * The buffers of streamed jobs whose inputs this thread is still writing: a worker that finds its job's
+ * buffer here runs on the caller's thread (a platform whose post ran the job inline) and would wait for
+ * the inputs forever.
+ */
+export const buffersBeingWritten = () =>
+  threadGlobal('qkv.buffersBeingWritten', () => new WeakSet<SharedArrayBuffer>());

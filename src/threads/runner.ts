@@ -6,7 +6,7 @@
 import type { BufferLayout } from '../kernels/transfer.js';
 import { SharedBuffers } from './buffers.js';
 import { DEFAULT_IDLE_MS, type Platform, Pool } from './pool.js';
-import { HEADER, type Job } from './protocol.js';
+import { buffersBeingWritten, HEADER, type Job, threadGlobal } from './protocol.js';
 
 /**
  * The "runs on one thread" reasons already said in this process, shared by every runtime (each
@@ -14,14 +14,7 @@ import { HEADER, type Job } from './protocol.js';
  * reason is said once per process. Made on first use: importing qkv touches no global.
  */
 function saidReasons(): Set<string> {
-  const key = Symbol.for('qkv.oneThreadWarnings');
-  const global = globalThis as { [key: symbol]: Set<string> | undefined };
-  let said = global[key];
-  if (!said) {
-    said = new Set();
-    global[key] = said;
-  }
-  return said;
+  return threadGlobal('qkv.oneThreadWarnings', () => new Set<string>());
 }
 
 export class ThreadRunner {
@@ -100,7 +93,13 @@ export class ThreadRunner {
     }
     let writeError: unknown;
     try {
-      const done = this.getPool().run({ ...job, buffer } as Job, workers);
+      if (job.slices) buffersBeingWritten().add(buffer);
+      let done: Promise<void>;
+      try {
+        done = this.getPool().run({ ...job, buffer } as Job, workers);
+      } finally {
+        buffersBeingWritten().delete(buffer);
+      }
       // Streamed: the workers wake while the inputs are written, and start on the first slices' tasks.
       for (let i = 0; i < slices && job.slices && writeError === undefined; i++) {
         try {
@@ -117,7 +116,7 @@ export class ThreadRunner {
     } catch (err) {
       Atomics.store(header, HEADER.cancelled, 1);
       this.buffers.release(undefined); // not reused: workers may still write to it
-      throw err;
+      throw writeError ?? err; // a failed copy is the cause of whatever the workers then said
     }
     if (writeError !== undefined) {
       this.buffers.release(buffer); // every worker has stopped

@@ -15,6 +15,7 @@ import {
   rowRunner,
 } from '../kernels/types.js';
 import {
+  buffersBeingWritten,
   type FromWorker,
   HEADER,
   type Job,
@@ -125,6 +126,12 @@ function waitWritten(header: Int32Array, slices: number): boolean {
     if (Atomics.load(header, HEADER.cancelled) !== 0) return false;
     const written = Atomics.load(header, HEADER.written);
     if (written >= slices) return true;
+    if (buffersBeingWritten().has(header.buffer as SharedArrayBuffer)) {
+      throw new Error(
+        "the thread platform's worker ran the job inside post(), on the caller's thread, before the " +
+          'caller could copy its inputs in: post must only send the message (as postMessage does)',
+      );
+    }
     Atomics.wait(header, HEADER.written, written, 50); // the timeout rechecks `cancelled`
   }
 }
