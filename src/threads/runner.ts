@@ -82,8 +82,8 @@ export class ThreadRunner {
     const buffer = await this.buffers.take(layout.byteLength);
     const header = new Int32Array(buffer, 0, 4);
     header.fill(0);
-    const slices = job.slices ?? 1;
-    if (!job.slices) {
+    const slices = job.slices ?? 0; // 0: not streamed, written whole before the job is posted
+    if (slices === 0) {
       try {
         layout.write(buffer); // throws e.g. on an input detached since the call (no worker has seen it)
       } catch (err) {
@@ -93,7 +93,7 @@ export class ThreadRunner {
     }
     let writeError: unknown;
     try {
-      if (job.slices) buffersBeingWritten().add(buffer);
+      if (slices > 0) buffersBeingWritten().add(buffer);
       let done: Promise<void>;
       try {
         done = this.getPool().run({ ...job, buffer } as Job, workers);
@@ -101,7 +101,7 @@ export class ThreadRunner {
         buffersBeingWritten().delete(buffer);
       }
       // Streamed: the workers wake while the inputs are written, and start on the first slices' tasks.
-      for (let i = 0; i < slices && job.slices && writeError === undefined; i++) {
+      for (let i = 0; i < slices && writeError === undefined; i++) {
         try {
           layout.write(buffer, [i, slices]);
         } catch (err) {
