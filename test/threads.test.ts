@@ -170,14 +170,20 @@ describe('what workers return', () => {
           finished = true;
         });
       // Nothing written: the workers claim their first tasks and wait.
-      await new Promise((r) => setTimeout(r, 300));
-      expect(finished).toBe(false);
+      // Polls rather than sleeping a fixed time: starting the workers may be slow on a loaded machine.
+      const until = async (ok: () => boolean) => {
+        for (let waited = 0; !ok() && waited < 10_000; waited += 10)
+          await new Promise((r) => setTimeout(r, 10));
+      };
+      await until(() => Atomics.load(header, 0) >= 2);
       expect(Atomics.load(header, 0)).toBe(2); // one task claimed by each worker, neither started
+      expect(finished).toBe(false);
       // Slices 0 … 6: a mask makes every task wait for the last slice; else the first pairs' tasks run.
       for (let i = 0; i < slices - 1; i++) layout.write(buffer, [i, slices]);
       Atomics.store(header, 3, slices - 1);
       Atomics.notify(header, 3);
-      await new Promise((r) => setTimeout(r, 300));
+      if (masked) await new Promise((r) => setTimeout(r, 300));
+      else await until(() => Atomics.load(header, 0) > 2);
       expect(finished).toBe(false);
       expect(Atomics.load(header, 0) > 2).toBe(!masked);
       layout.write(buffer, [slices - 1, slices]);
