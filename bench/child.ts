@@ -14,6 +14,7 @@ import {
 } from './check.js';
 import type { Job } from './jobs.js';
 import { ORT_NODE_INSTALL } from './peers/ort-install.js';
+import { serveRuns } from './spawn.js';
 
 export type ChildStatus = 'ok' | 'wrong' | 'unavailable' | 'failed' | 'not installed';
 
@@ -104,6 +105,7 @@ async function measure(job: Job): Promise<ChildResult> {
   if (job.singleRun) return { status: 'ok', timesMs: [first.ms], peakRssMB: peakRssMB(), ...base };
 
   if (first.ms < 1000) await run(); // one more warm-up for fast rows (JIT tiers, pool start-up)
+  if (job.serve) return { status: 'ok', timesMs: await serveRuns(run), peakRssMB: peakRssMB(), ...base };
   const timesMs: number[] = [];
   let spent = 0;
   while (timesMs.length < job.maxRuns && (timesMs.length === 0 || spent < job.budgetMs)) {

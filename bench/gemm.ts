@@ -7,6 +7,7 @@
 // any WASM kernel's GFLOP/s is read against: the plain build's multiply-then-add and the FMA build's.
 //
 //   npm run build && npx tsc -p bench/tsconfig.json && node bench/dist/gemm.js [--rounds 15] [--quick]
+//   node bench/dist/gemm.js --drift [seconds]   (the machine's speed, 0.2 s at a time)
 
 import { spawnSync } from 'node:child_process';
 import { availableParallelism, loadavg } from 'node:os';
@@ -367,7 +368,46 @@ const args = process.argv.slice(2);
 const rounds = Number(args[args.indexOf('--rounds') + 1]) || (args.includes('--quick') ? 5 : 15);
 const shapes = args.includes('--quick') ? SHAPES.filter((_, i) => i % 3 === 0) : SHAPES;
 
-if (args.includes('--peak-worker')) {
+/**
+ * `--drift [seconds]`: how this machine's speed moves from one moment to the next. Runs qkv's GEMM on the
+ * projection shape back to back for `seconds` (default 60) and prints the GFLOP/s of each 0.2 s window,
+ * then their spread. On the project's VM it moves between about 14 and 32 GFLOP/s within seconds, which is
+ * why the bench interleaves the rows a target compares run by run (spawn.ts's interleave).
+ */
+function drift(seconds: number): void {
+  const p = problemOf({ name: 'drift', M: 256, N: 512, K: 512, transB: true }, 7);
+  const c = new Float32Array(p.M * p.N);
+  const flop = 2 * p.M * p.N * p.K;
+  const windows: number[] = [];
+  const t0 = performance.now();
+  let line: string[] = [];
+  while (performance.now() - t0 < seconds * 1000) {
+    const w0 = performance.now();
+    let calls = 0;
+    while (performance.now() - w0 < 200) {
+      gemm(p, c, 'wasm');
+      calls++;
+    }
+    windows.push((calls * flop) / (performance.now() - w0) / 1e6);
+    line.push(windows[windows.length - 1].toFixed(0));
+    if (line.length === 25) {
+      console.log(`${((performance.now() - t0) / 1000).toFixed(0).padStart(4)} s  ${line.join(' ')}`);
+      line = [];
+    }
+  }
+  if (line.length)
+    console.log(`${((performance.now() - t0) / 1000).toFixed(0).padStart(4)} s  ${line.join(' ')}`);
+  const sorted = [...windows].sort((x, y) => x - y);
+  const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))].toFixed(1);
+  console.log(
+    `qkv GEMM ${p.M}×${p.N}×${p.K} (plain build: ${runtime.wasmVariant}), GFLOP/s per 0.2 s window over ${seconds} s: ` +
+      `min ${at(0)}, quartiles ${at(0.25)} / ${at(0.5)} / ${at(0.75)}, max ${at(1)}`,
+  );
+}
+
+if (args.includes('--drift')) {
+  drift(Number(args[args.indexOf('--drift') + 1]) || 60);
+} else if (args.includes('--peak-worker')) {
   // One of peakAllCores' workers: compile the probe, say so, sample it when told.
   const port = parentPort;
   const probe = await peakProbe(false);

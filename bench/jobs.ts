@@ -43,6 +43,11 @@ export interface Job {
   peersDir: string;
   /** Memory rows: one cold run, no warm-up. */
   singleRun?: boolean;
+  /**
+   * Served (spawn.ts's serveChild): once checked and warm, time one run per request of the parent, which
+   * interleaves the rows a target compares; maxRuns and budgetMs are then the parent's.
+   */
+  serve?: boolean;
 }
 
 /** The sizes of issue 3, smallest first (later rows' time estimates use earlier rows' speed). */

@@ -143,6 +143,8 @@ export interface P2Row {
   timesMs: number[];
   /** Each round's median (see TABLE_ROUNDS); absent in results saved before rounds. */
   roundsMs?: number[];
+  /** Its rounds ran interleaved with its target's other rows (tables.ts's p2Group). */
+  interleaved?: boolean;
   peakRssMB?: number;
   maxAbsError?: number;
   checkedAgainst?: string;

@@ -18,10 +18,13 @@ export interface Row {
   ms?: number;
   timesMs: number[];
   /**
-   * Rows a speed target compares (see SPEED_TARGETS): each round's median, the grid's run first (see
-   * TARGET_ROUNDS); absent for other rows and in results saved before rounds.
+   * Rows a speed target compares (see SPEED_TARGETS): each round's median (interleaved rounds after the
+   * grid; in results saved before `interleaved`, the grid's run first); absent for other rows and in
+   * results saved before rounds.
    */
   roundsMs?: number[];
+  /** The rounds ran interleaved with the target's other rows (run.ts's runTargetRounds). */
+  interleaved?: boolean;
   gflops?: number;
   peakRssMB?: number;
   maxAbsError?: number;

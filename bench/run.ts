@@ -48,7 +48,7 @@ import {
   targetsMarkdownTable,
   toJson,
 } from './results.js';
-import { runChild } from './spawn.js';
+import { INTERLEAVE_PAUSE_MS, interleave, runChild, serveChild } from './spawn.js';
 import { t1Table, t1TargetsTable } from './t1.js';
 import { runF1, runG1, runP2, runT1, TABLE_NAMES, type TableContext, type TableName } from './tables.js';
 import { updateReadme } from './update-readme.js';
@@ -60,6 +60,13 @@ const SKIP_ABOVE_MS = 30_000; // estimated time of one run
 const MEMORY_SKIP_ABOVE_MS = 300_000; // the 65536 row runs once, so it may take longer
 const ARTICLE_RATE = 0.65e6; // FLOP per ms: issue 3 measured the article's code at ~0.65 GFLOP/s
 const FULL_REFERENCE_UP_TO = 2.2e9; // FLOPs; above this, check sampled rows in float64 instead
+const CHILD_SCRIPT = join(BENCH_DIR, 'dist', 'child.js');
+/** A row's timed runs (in the grid, or in an interleaved round): at most MAX_RUNS, or BUDGET_MS of them. */
+const MAX_RUNS = 30;
+const BUDGET_MS = 4000;
+/** An interleaved round's time limit: its rows load at once, then take turns (~15 s for P1's). */
+const SERVED_TIMEOUT_MS = 240_000;
+const childArgv = (impl: Impl) => (impl.kind === 'qkv' && impl.relaxed ? [RELAXED_SIMD_FLAG] : []);
 
 const USAGE = `usage: npm run bench -- [options]
   --table <names>      only these tables, comma-separated or repeated: attention (the kernel grid and the
@@ -211,19 +218,11 @@ async function measureRow({ impl, config, memoryLimitMB }: Planned, ctx: RunCont
   if (flops(config) <= FULL_REFERENCE_UP_TO && !ctx.expectedFiles.has(label)) {
     ctx.expectedFiles.set(label, writeExpected(config, ctx.scratch));
   }
-  const job: Job = {
-    impl,
-    config,
-    maxRuns: ctx.quick ? 3 : 30,
-    budgetMs: ctx.quick ? 500 : 4000,
-    expectedFile: ctx.expectedFiles.get(label),
-    peersDir: PEERS_DIR,
-    singleRun: memoryLimitMB !== undefined,
-  };
+  const job = jobOf({ impl, config, memoryLimitMB }, ctx);
   const result = await runChild<ChildResult>(
-    join(BENCH_DIR, 'dist', 'child.js'),
+    CHILD_SCRIPT,
     job,
-    job.impl.kind === 'qkv' && job.impl.relaxed ? [RELAXED_SIMD_FLAG] : [],
+    childArgv(impl),
     memoryLimitMB === undefined ? 4 * limit : 1.5 * limit,
   );
   row.status = result.timedOut ? 'timeout' : result.status;
@@ -244,51 +243,95 @@ function targetRank({ impl }: Row): number {
 }
 
 /**
- * Runs the rows the speed targets compare (P1) again, so that each has ctx.rounds rounds, the grid's
- * run the first: the rows of a config back to back, each qkv row next to its peer and every other round
- * in reverse order, so a machine whose speed drifts moves a row and its peer together (in the grid, a
- * row and its peer run minutes apart). A row's ms becomes the median of its rounds' medians; a round
- * that does not pass (wrong, timeout) sets the row's status, so it reports no speed.
+ * Runs the rows the speed targets compare (P1) in ctx.rounds rounds of their own, interleaved: in a round,
+ * the rows of one target group (a config's qkv rows at one thread count and their onnxruntime-web peer)
+ * run in processes started together, which, once every one is checked and warm, take turns one run each
+ * (spawn.ts's interleave), every other round in reverse order. So each run of a qkv row has its peer's
+ * just before and after it, and a machine whose speed changes from one second to the next (the project's
+ * VM does) moves both alike; in the grid, a row and its peer run minutes apart. A row's ms becomes the
+ * median of its rounds' medians (the grid's run is not one of them); a round that does not pass (wrong,
+ * timeout) sets the row's status, so it reports no speed.
  */
 async function runTargetRounds(rows: Row[], plan: Planned[], ctx: RunContext): Promise<void> {
-  const targets: { row: Row; planned: Planned }[] = [];
+  const groups = new Map<string, { row: Row; planned: Planned }[]>();
   for (const config of new Set(rows.map((r) => r.config))) {
     for (const name of targetRowNames(config)) {
       const i = rows.findIndex(
         (r) => r.implementation === name && r.config === config && r.memoryLimitMB === undefined,
       );
-      if (i >= 0 && rows[i].ms !== undefined) targets.push({ row: rows[i], planned: plan[i] });
+      if (i < 0 || rows[i].ms === undefined) continue;
+      const key = `${config} t${rows[i].impl.threads ?? 1}`;
+      groups.set(key, [...(groups.get(key) ?? []), { row: rows[i], planned: plan[i] }]);
     }
   }
-  if (targets.length < 2) return;
-  targets.sort((a, b) => targetRank(a.row) - targetRank(b.row));
-  for (const { row } of targets) row.roundsMs = [row.ms as number];
-  for (let round = 1; round < ctx.rounds; round++) {
-    for (const { row, planned } of round % 2 ? [...targets].reverse() : targets) {
-      if (row.status !== 'ok') continue;
-      const again = await measureRow(planned, ctx);
-      if (again.peakRssMB !== undefined) row.peakRssMB = Math.max(row.peakRssMB ?? 0, again.peakRssMB);
-      if (again.maxAbsError !== undefined)
-        row.maxAbsError = Math.max(row.maxAbsError ?? 0, again.maxAbsError);
-      if (again.status !== 'ok' || again.ms === undefined) {
-        row.status = again.status === 'ok' ? 'failed' : again.status;
-        row.message = again.message ?? 'no timed runs';
-        row.ms = undefined;
-        row.gflops = undefined;
-        console.log(
-          `  ${row.implementation}  ${row.config} (round ${round + 1}/${ctx.rounds})  ${row.status}`,
-        );
-        continue;
-      }
-      row.timesMs.push(...again.timesMs);
-      row.roundsMs?.push(again.ms);
-      row.ms = median(row.roundsMs ?? []);
-      row.gflops = flops(row.shape) / row.ms / 1e6;
-      console.log(
-        `  ${row.implementation}  ${row.config} (round ${round + 1}/${ctx.rounds})  ${again.ms.toFixed(1)} ms`,
+  const targets = [...groups.values()].filter((group) => group.length > 1);
+  for (const group of targets) {
+    group.sort((a, b) => targetRank(a.row) - targetRank(b.row));
+    for (const { row } of group) row.roundsMs = [];
+  }
+  for (let round = 0; round < ctx.rounds; round++) {
+    for (const group of targets) {
+      const live = group.filter(({ row }) => row.status === 'ok');
+      if (live.length === 0) continue;
+      const ordered = round % 2 ? [...live].reverse() : live;
+      const children = ordered.map(({ planned }) =>
+        serveChild<ChildResult>(
+          CHILD_SCRIPT,
+          { ...jobOf(planned, ctx), serve: true },
+          childArgv(planned.impl),
+          SERVED_TIMEOUT_MS,
+        ),
       );
+      const ready = await Promise.all(children.map((child) => child.ready));
+      const served = children.filter((_, i) => ready[i]);
+      if (served.length > 0) await interleave(served, MAX_RUNS, BUDGET_MS, INTERLEAVE_PAUSE_MS);
+      const results = await Promise.all(children.map((child) => child.finish()));
+      ordered.forEach(({ row }, i) => {
+        addTargetRound(row, results[i], round, ctx.rounds);
+      });
     }
   }
+}
+
+/** One interleaved round's result, added to its row (see runTargetRounds). */
+function addTargetRound(
+  row: Row,
+  result: ChildResult & { timedOut?: boolean },
+  round: number,
+  rounds: number,
+): void {
+  const status = result.timedOut ? 'timeout' : result.status;
+  const label = `  ${row.implementation}  ${row.config} (round ${round + 1}/${rounds}, interleaved)`;
+  row.peakRssMB = Math.max(row.peakRssMB ?? 0, result.peakRssMB);
+  if (result.maxAbsError !== undefined) row.maxAbsError = Math.max(row.maxAbsError ?? 0, result.maxAbsError);
+  if (status !== 'ok' || result.timesMs.length === 0) {
+    row.status = status === 'ok' ? 'failed' : status;
+    row.message = result.message ?? 'no timed runs';
+    row.ms = undefined;
+    row.gflops = undefined;
+    console.log(`${label}  ${row.status}`);
+    return;
+  }
+  const ms = median(result.timesMs);
+  row.interleaved = true;
+  row.timesMs.push(...result.timesMs);
+  row.roundsMs?.push(ms);
+  row.ms = median(row.roundsMs ?? []);
+  row.gflops = flops(row.shape) / row.ms / 1e6;
+  console.log(`${label}  ${ms.toFixed(1)} ms`);
+}
+
+/** A grid row's job (its child's timed runs: up to MAX_RUNS, or BUDGET_MS of them). */
+function jobOf({ impl, config, memoryLimitMB }: Planned, ctx: RunContext): Job {
+  return {
+    impl,
+    config,
+    maxRuns: ctx.quick ? 3 : MAX_RUNS,
+    budgetMs: ctx.quick ? 500 : BUDGET_MS,
+    expectedFile: ctx.expectedFiles.get(configLabel(config)),
+    peersDir: PEERS_DIR,
+    singleRun: memoryLimitMB !== undefined,
+  };
 }
 
 /** The attention grid and the memory targets: runs, prints, returns the rows. */

@@ -13,7 +13,7 @@ import type { G1Values } from './g1.js';
 import type { G1Job } from './g1-rows.js';
 import type { P2Impl } from './p2.js';
 import { ORT_NODE_INSTALL } from './peers/ort-install.js';
-import type { Report } from './spawn.js';
+import { type Report, serveRuns } from './spawn.js';
 import type { T1Impl, TrainStep } from './t1.js';
 
 export type TableJob =
@@ -25,6 +25,11 @@ export type TableJob =
       budgetMs: number;
       /** Directory holding node_modules/onnxruntime-node, for the ort-node rows. */
       peersDir: string;
+      /**
+       * Served (spawn.ts's serveChild): once checked and warm, time one run per request of the parent,
+       * which interleaves the rows a target compares; maxRuns and budgetMs are then the parent's.
+       */
+      serve?: boolean;
     }
   | {
       table: 't1';
@@ -118,6 +123,7 @@ async function measureP2(job: Extract<TableJob, { table: 'p2' }>): Promise<Table
     return { status: 'wrong', message, timesMs: [], peakRssMB: peakRssMB(), ...base };
   }
   if (firstMs < 1000) await run(); // one more warm-up for fast rows (JIT tiers, pool start-up)
+  if (job.serve) return { status: 'ok', timesMs: await serveRuns(run), peakRssMB: peakRssMB(), ...base };
   const timesMs: number[] = [];
   let spent = 0;
   while (timesMs.length < job.maxRuns && (timesMs.length === 0 || spent < job.budgetMs)) {

@@ -21,9 +21,9 @@ import type { F1Job } from './f1-rows.js';
 import { finishG1Rows, G1_IMPLS, type G1Impl, type G1Row, g1Name, g1Summary } from './g1.js';
 import type { G1Job } from './g1-rows.js';
 import { RELAXED_SIMD_FLAG } from './jobs.js';
-import { finishP2Rows, type P2Row, p2Impls, p2Name, statusText } from './p2.js';
+import { finishP2Rows, type P2Impl, type P2Row, p2Impls, p2Name, statusText } from './p2.js';
 import { median } from './results.js';
-import { runChild } from './spawn.js';
+import { INTERLEAVE_PAUSE_MS, interleave, runChild, serveChild } from './spawn.js';
 import {
   finishT1Rows,
   T1_HEAP_EVERY,
@@ -55,6 +55,15 @@ export interface TableContext {
 
 /** A P2 row's time limit: loading, the check and up to 4 s of runs take ~10 s on the 2-core machine. */
 const P2_TIMEOUT_MS = 120_000;
+/**
+ * An interleaved P2 row's: its target's rows load at once and then take turns (up to 4 s of the slowest
+ * row's runs and the others' between them, ~15 s).
+ */
+const P2_SERVED_TIMEOUT_MS = 240_000;
+/** A P2 row's timed runs in a round: at most this many, or until its (slowest) row has spent P2_BUDGET_MS. */
+const P2_MAX_RUNS = 30;
+const P2_BUDGET_MS = 4000;
+
 /** A T1 row's time limit: warm-up plus up to 20 s of steps (3 at least); tfjs-cpu stops after one step. */
 const T1_TIMEOUT_MS = 180_000;
 /** A memory row: 210 steps of about 0.5 s on this VM; 10 minutes leaves room for a slower machine. */
@@ -104,7 +113,11 @@ const p2Rank = ({ impl }: P2Row) =>
 const t1Rank = ({ impl }: T1Row) =>
   impl.kind === 'qkv' ? 10 * impl.threads + (impl.relaxed ? 2 : 0) : impl.kind === 'tfjs-wasm' ? 11 : 100;
 
-/** Runs the P2 rows (those `selected` keeps) in ctx.rounds rounds; `relaxedRows` adds qkv's FMA rows (Node 20). */
+/**
+ * Runs the P2 rows (those `selected` keeps) in ctx.rounds rounds; `relaxedRows` adds qkv's FMA rows (Node 20).
+ * In a round, the rows of one target (the qkv rows at one thread count and their onnxruntime-web peer)
+ * run interleaved (p2Group); the others one after another, each in its own process.
+ */
 export async function runP2(ctx: TableContext, relaxedRows: boolean): Promise<P2Row[]> {
   const impls = p2Impls(relaxedRows).filter((impl) => ctx.selected(`P2 ${p2Name(impl)}`));
   const rows: P2Row[] = impls.map((impl) => ({
@@ -116,27 +129,76 @@ export async function runP2(ctx: TableContext, relaxedRows: boolean): Promise<P2
   }));
   const rounds = ctx.quick ? 1 : ctx.rounds;
   for (let round = 0; round < rounds; round++) {
-    for (const row of roundOrder(rows, p2Rank, round)) {
-      if (row.status !== 'ok') continue; // failed, or not installed: not run again
-      const { impl } = row;
-      if (round === 0) row.loadAverage1m = loadavg()[0];
-      const job: TableJob = {
-        table: 'p2',
-        impl,
-        maxRuns: ctx.quick ? 3 : 30,
-        budgetMs: ctx.quick ? 500 : 4000,
-        peersDir: ctx.peersDir,
-      };
-      const execArgv = impl.kind === 'qkv' && impl.relaxed ? [RELAXED_SIMD_FLAG] : [];
-      const result = await runChild<TableResult>(script(ctx), job, execArgv, P2_TIMEOUT_MS);
-      addRound(row, result, rounds);
-      if (row.status === 'ok') row.checkedAgainst = result.checkedAgainst;
-      const ms = row.status === 'ok' ? `${median(result.timesMs).toFixed(1)} ms` : statusText(row);
-      ctx.log(`  P2 ${row.implementation}${roundText(round, rounds)}  ${ms}`);
+    // Failed, or not installed: not run again.
+    const order = roundOrder(rows, p2Rank, round).filter((row) => row.status === 'ok');
+    const groups: P2Row[][] = [];
+    for (const row of order) {
+      const key = p2Target(row);
+      const last = groups.at(-1);
+      if (key !== undefined && last && p2Target(last[0]) === key) last.push(row);
+      else groups.push([row]);
+    }
+    for (const group of groups) {
+      if (round === 0) for (const row of group) row.loadAverage1m = loadavg()[0];
+      const interleaved = group.length > 1;
+      const results = interleaved
+        ? await p2Group(ctx, group)
+        : [
+            await runChild<TableResult>(
+              script(ctx),
+              p2Job(ctx, group[0].impl, false),
+              p2Argv(group[0].impl),
+              P2_TIMEOUT_MS,
+            ),
+          ];
+      group.forEach((row, i) => {
+        addRound(row, results[i], rounds);
+        if (interleaved) row.interleaved = true;
+        if (row.status === 'ok') row.checkedAgainst = results[i].checkedAgainst;
+        const ms = row.status === 'ok' ? `${median(results[i].timesMs).toFixed(1)} ms` : statusText(row);
+        const mode = interleaved ? ', interleaved' : '';
+        ctx.log(`  P2 ${row.implementation}${roundText(round, rounds, mode)}  ${ms}`);
+      });
     }
   }
   finishP2Rows(rows);
   return rows;
+}
+
+/** The target a P2 row belongs to (its thread count), for the qkv rows and their onnxruntime-web peer. */
+const p2Target = ({ impl }: P2Row) =>
+  impl.kind === 'qkv' || impl.kind === 'ort-web' ? impl.threads : undefined;
+
+const p2Argv = (impl: P2Impl) => (impl.kind === 'qkv' && impl.relaxed ? [RELAXED_SIMD_FLAG] : []);
+
+function p2Job(ctx: TableContext, impl: P2Impl, serve: boolean): TableJob {
+  return {
+    table: 'p2',
+    impl,
+    maxRuns: ctx.quick ? 3 : P2_MAX_RUNS,
+    budgetMs: ctx.quick ? 500 : P2_BUDGET_MS,
+    peersDir: ctx.peersDir,
+    serve,
+  };
+}
+
+/**
+ * One round of a target's rows, interleaved: each row in its own process, all started together; once
+ * every one is checked and warm, the parent asks them for one run each in turn (spawn.ts's interleave),
+ * up to P2_MAX_RUNS each, or until the slowest row's runs add up to P2_BUDGET_MS. So every run of a qkv row
+ * has its peer's runs just before and after it, and a machine whose speed changes from one second to the
+ * next (the project's VM does) moves both alike.
+ */
+async function p2Group(ctx: TableContext, group: P2Row[]): Promise<(TableResult & { timedOut?: boolean })[]> {
+  const children = group.map((row) =>
+    serveChild<TableResult>(script(ctx), p2Job(ctx, row.impl, true), p2Argv(row.impl), P2_SERVED_TIMEOUT_MS),
+  );
+  const ready = await Promise.all(children.map((child) => child.ready));
+  const live = children.filter((_, i) => ready[i]);
+  if (live.length > 0) {
+    await interleave(live, ctx.quick ? 3 : P2_MAX_RUNS, ctx.quick ? 500 : P2_BUDGET_MS, INTERLEAVE_PAUSE_MS);
+  }
+  return Promise.all(children.map((child) => child.finish()));
 }
 
 /**
@@ -171,7 +233,8 @@ function addRound(
   if (rounds > 1) row.roundsMs = [...(row.roundsMs ?? []), median(result.timesMs)];
 }
 
-const roundText = (round: number, rounds: number) => (rounds > 1 ? ` (round ${round + 1}/${rounds})` : '');
+const roundText = (round: number, rounds: number, mode = '') =>
+  rounds > 1 ? ` (round ${round + 1}/${rounds}${mode})` : mode ? ` (${mode.slice(2)})` : '';
 
 /**
  * Runs the T1 rows (those `selected` keeps); `relaxedRows` adds qkv's FMA rows (Node 20). The speed rows

@@ -73,6 +73,14 @@ interface TableResults<R> {
   rows: R[];
 }
 
+/** How a round of a target's rows runs, when they ran interleaved (spawn.ts's interleave). */
+const INTERLEAVED_ROUND =
+  'In a round, the qkv rows of one thread count and their onnxruntime-web peer run in processes started ' +
+  'together and, once every one is checked and warm, take turns one run each (every other turn in reverse ' +
+  'order, 25 ms apart; up to 30 runs each, or until the slowest row has run 4 s), so each run of a qkv row ' +
+  'has its peer’s just before and after it: this VM’s speed changes from one second to the next (a GEMM ' +
+  'loop sampled every 0.2 s ran at 14–32 GFLOP/s over a minute), and rows timed seconds apart saw different machines.';
+
 /** How many rounds the rows ran in (--rounds): the most any row has; TABLE_ROUNDS for results before rounds. */
 function roundsRun(rows: readonly { roundsMs?: number[] }[]): number {
   const most = Math.max(0, ...rows.map((r) => r.roundsMs?.length ?? 0));
@@ -100,9 +108,16 @@ export function benchSection(results: Results): string {
     'ms for the fastest portable peer (tfjs-wasm, onnxruntime-web) on at most as many threads; > 1 means',
     'qkv is faster. `--quick` and `--only <substring>` run a subset; `--readme` rewrites this section. The',
     'machine is shared, so expect noise: the rows the targets compare run in',
-    `${rounds} rounds (the grid's run the first, then each qkv row next to its onnxruntime-web row, every`,
-    'other round in reverse order); their ms is the median over the rounds of each round’s median, and the',
-    'targets table gives the ratio round by round.',
+    ...(results.rows.some((r) => r.interleaved)
+      ? [
+          `${rounds} rounds of their own after the grid. ${INTERLEAVED_ROUND} Their ms is the median over the`,
+          'rounds of each round’s median, and the targets table gives the ratio round by round.',
+        ]
+      : [
+          `${rounds} rounds (the grid's run the first, then each qkv row next to its onnxruntime-web row, every`,
+          'other round in reverse order); their ms is the median over the rounds of each round’s median, and the',
+          'targets table gives the ratio round by round.',
+        ]),
     '',
     'The `wasm-fma` rows are the WASM kernel’s relaxed-SIMD build (fused multiply-add), which Chrome and',
     'Node ≥ 22 run by default; Node 20 validates it only behind `--experimental-wasm-relaxed-simd`, so where',
@@ -139,9 +154,16 @@ export function p2Section(results: TableResults<P2Row>): string {
     'SIMD on (as above). Every row loads its weights out of that one .onnx and is checked, before it is',
     'timed, against PyTorch’s float64 output for 17 query rows (stored in the file’s metadata):',
     `|out − expected| ≤ ${atol.toExponential(0)} + ${rtol.toExponential(0)}·|expected| on every element (max err below). The rows run in`,
-    `${rounds} rounds, each running every row once, each qkv row next to its onnxruntime-web row and every other`,
-    'round in reverse order, so a machine whose speed drifts moves a row and its peer together. A row’s ms is the median over the rounds of each',
-    'round’s median of up to 30 runs (or 4 s) after two warm-up runs; runs counts them all. The ratio is',
+    ...(results.rows.some((r) => r.interleaved)
+      ? [
+          `${rounds} rounds, each running every row once. ${INTERLEAVED_ROUND} A row’s ms is the median over the rounds of`,
+          'each round’s median, after two warm-up runs; runs counts them all. The ratio is',
+        ]
+      : [
+          `${rounds} rounds, each running every row once, each qkv row next to its onnxruntime-web row and every other`,
+          'round in reverse order, so a machine whose speed drifts moves a row and its peer together. A row’s ms is the median over the rounds of each',
+          'round’s median of up to 30 runs (or 4 s) after two warm-up runs; runs counts them all. The ratio is',
+        ]),
     'onnxruntime-web’s ms at the same thread count ÷ the row’s ms; the targets table also gives it round by',
     'round. onnxruntime-node is measured where installed (see above).',
     '',
