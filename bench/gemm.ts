@@ -8,6 +8,7 @@
 //
 //   npm run build && npx tsc -p bench/tsconfig.json && node bench/dist/gemm.js [--rounds 15] [--quick]
 //   node bench/dist/gemm.js --drift [seconds]   (the machine's speed, 0.2 s at a time)
+//   node bench/dist/gemm.js --pipes             (whether a SIMD multiply and add run side by side)
 
 import { spawnSync } from 'node:child_process';
 import { availableParallelism, loadavg } from 'node:os';
@@ -252,6 +253,56 @@ async function peakProbe(fma: boolean): Promise<(() => number) | undefined> {
   }
 }
 
+// `--pipes`: whether a SIMD multiply and a SIMD add run side by side. Three register-only loops: 6 chains
+// c = c·a, 6 chains d = d + a, and both at once (12 independent chains, 13 registers, no spills). If the
+// core had separate multiply and add pipes, the mixed loop would run about twice as many operations a
+// second as either alone (its 12 per step against their 6); if they share pipes, about as many.
+const PIPES_SOURCE = (() => {
+  const chains = Array.from({ length: 6 }, (_, i) => i);
+  const loop = (name: string, body: (i: number) => string, vars: string[]) => `
+export function ${name}(n: i32, x: f32): f32 {
+  const a = f32x4.splat(x);
+  ${chains.map((i) => vars.map((v) => `let ${v}${i} = f32x4.splat(${(0.5 + 0.01 * i).toFixed(2)});`).join(' ')).join(' ')}
+  for (let i = 0; i < n; i++) { ${chains.map(body).join(' ')} }
+  return ${chains.map((i) => vars.map((v) => `f32x4.extract_lane(${v}${i}, 0)`).join(' + ')).join(' + ')};
+}`;
+  return [
+    loop('mulOnly', (i) => `c${i} = f32x4.mul(c${i}, a);`, ['c']),
+    loop('addOnly', (i) => `d${i} = f32x4.add(d${i}, a);`, ['d']),
+    loop('mixed', (i) => `c${i} = f32x4.mul(c${i}, a); d${i} = f32x4.add(d${i}, a);`, ['c', 'd']),
+  ].join('\n');
+})();
+
+/** Runs the --pipes loops in 5 interleaved rounds; prints each one's median SIMD operations per ns. */
+async function pipes(): Promise<void> {
+  const { default: asc } = await import('assemblyscript/asc');
+  const { binary, error } = await asc.compileString(PIPES_SOURCE, {
+    optimizeLevel: 3,
+    runtime: 'stub',
+    noAssert: true,
+    enable: ['simd'],
+  });
+  if (error || !binary) throw new Error(`--pipes: the loops did not compile: ${error?.message}`);
+  const instance = await WebAssembly.instantiate(new WebAssembly.Module(Uint8Array.from(binary)));
+  const loops = { mulOnly: 6, addOnly: 6, mixed: 12 };
+  const samples: Record<string, number[]> = { mulOnly: [], addOnly: [], mixed: [] };
+  const n = 2e7;
+  for (let round = 0; round < 5; round++) {
+    for (const [name, ops] of Object.entries(loops)) {
+      const f = instance.exports[name] as (n: number, x: number) => number;
+      f(1e5, 0.999); // compiled and warm
+      const t0 = performance.now();
+      f(n, 0.9999);
+      samples[name].push((n * ops) / ((performance.now() - t0) * 1e6));
+    }
+  }
+  const med = (name: string) => median(samples[name]).toFixed(2);
+  console.log(
+    `SIMD f32x4 operations per ns, one core, median of 5 rounds: multiplies alone ${med('mulOnly')}, ` +
+      `adds alone ${med('addOnly')}, both at once ${med('mixed')}`,
+  );
+}
+
 interface Row {
   shape: string;
   impl: string;
@@ -405,7 +456,9 @@ function drift(seconds: number): void {
   );
 }
 
-if (args.includes('--drift')) {
+if (args.includes('--pipes')) {
+  await pipes();
+} else if (args.includes('--drift')) {
   drift(Number(args[args.indexOf('--drift') + 1]) || 60);
 } else if (args.includes('--peak-worker')) {
   // One of peakAllCores' workers: compile the probe, say so, sample it when told.

@@ -284,7 +284,9 @@ async function runTargetRounds(rows: Row[], plan: Planned[], ctx: RunContext): P
       );
       const ready = await Promise.all(children.map((child) => child.ready));
       const served = children.filter((_, i) => ready[i]);
-      if (served.length > 0) await interleave(served, MAX_RUNS, BUDGET_MS, INTERLEAVE_PAUSE_MS);
+      if (served.length > 0) {
+        await interleave(served, { maxCycles: MAX_RUNS, budgetMs: BUDGET_MS, pauseMs: INTERLEAVE_PAUSE_MS });
+      }
       const results = await Promise.all(children.map((child) => child.finish()));
       ordered.forEach(({ row }, i) => {
         addTargetRound(row, results[i], round, ctx.rounds);

@@ -126,21 +126,32 @@ function startChild<R extends Pick<ChildResult, 'peakRssMB'>>(
   };
 }
 
-/** Between two interleaved runs: the threads of a row that spin after its run (onnxruntime's do) go quiet. */
-export const INTERLEAVE_PAUSE_MS = 25;
+/**
+ * Between two interleaved runs, so the threads of a row that spin after its run have gone quiet before the
+ * next row starts: onnxruntime-web's 2-thread P2 process, measured here with process.cpuUsage() after
+ * each run, keeps about one core busy for 50 ms (11.5, 15.2 and 19.6 ms of CPU in the windows 0–10, 10–25
+ * and 25–50 ms after a run, 4.5 in 50–100, 0.5 in 100–200); qkv's workers sleep in Atomics.wait.
+ */
+export const INTERLEAVE_PAUSE_MS = 150;
+
+/** How long `interleave` goes on. */
+export interface InterleaveLimits {
+  /** Cycles at most. */
+  maxCycles: number;
+  /** Stop once some row's runs add up to this many ms, after at least minCycles cycles. */
+  budgetMs: number;
+  /** Cycles at least (default 1), budget or not. */
+  minCycles?: number;
+  /** Before each run (see INTERLEAVE_PAUSE_MS). */
+  pauseMs: number;
+}
 
 /**
  * Times served children in turn, one run each per cycle, every other cycle in reverse order, pausing
- * `pauseMs` before each run (a row's threads that spin after its run have gone quiet before the next row
- * starts). Stops after `maxCycles` cycles, or once some row's runs add up to `budgetMs` (at least one
- * cycle), or when a child ends. The runs' times reach each child's result.
+ * before each run; stops at the limits, or when a child ends. The runs' times reach each child's result.
  */
-export async function interleave(
-  children: ServedChild<unknown>[],
-  maxCycles: number,
-  budgetMs: number,
-  pauseMs: number,
-): Promise<void> {
+export async function interleave(children: ServedChild<unknown>[], limits: InterleaveLimits): Promise<void> {
+  const { maxCycles, budgetMs, minCycles = 1, pauseMs } = limits;
   const spent = children.map(() => 0);
   for (let cycle = 0; cycle < maxCycles; cycle++) {
     const order = children.map((_, i) => i);
@@ -151,7 +162,7 @@ export async function interleave(
       if (ms === undefined) return;
       spent[i] += ms;
     }
-    if (Math.max(...spent) >= budgetMs) return;
+    if (cycle + 1 >= minCycles && Math.max(...spent) >= budgetMs) return;
   }
 }
 

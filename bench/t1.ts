@@ -120,6 +120,8 @@ export interface T1Row {
   timesMs: number[];
   /** Each round's median step (see TABLE_ROUNDS); absent for rows run once and results saved before rounds. */
   roundsMs?: number[];
+  /** Its rounds ran interleaved with the other speed rows (tables.ts's runT1Group). */
+  interleaved?: boolean;
   /** Every step's loss, warm-up steps first. */
   losses: number[];
   warmup: number;

@@ -42,6 +42,8 @@ export type TableJob =
       budgetMs: number;
       /** Memory rows: weigh the heap and buffers after a full GC every this many timed steps (needs --expose-gc). */
       heapEvery?: number;
+      /** Served, as P2's: the parent asks for each timed step (not with heapEvery). */
+      serve?: boolean;
     }
   | G1Job
   | F1Job;
@@ -175,9 +177,10 @@ async function measureT1(job: Extract<TableJob, { table: 't1' }>): Promise<Table
     return failure(new Error('a memory row needs node --expose-gc'), impl.kind === 'qkv');
   const heap: [number, number, number][] = [];
   let spent = 0;
+  if (job.serve) await serveRuns(timedStep); // the parent asks for each timed step (stepMs records them)
   while (
-    stepMs.length - warmup < job.minSteps ||
-    (stepMs.length - warmup < job.maxSteps && spent < job.budgetMs)
+    !job.serve &&
+    (stepMs.length - warmup < job.minSteps || (stepMs.length - warmup < job.maxSteps && spent < job.budgetMs))
   ) {
     await timedStep();
     spent += stepMs[stepMs.length - 1];

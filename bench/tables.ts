@@ -68,6 +68,8 @@ const P2_BUDGET_MS = 4000;
 const T1_TIMEOUT_MS = 180_000;
 /** A memory row: 210 steps of about 0.5 s on this VM; 10 minutes leaves room for a slower machine. */
 const T1_LONG_TIMEOUT_MS = 600_000;
+/** An interleaved T1 round: five rows warm up at once, then up to 12 steps each in turn (~1 minute). */
+const T1_SERVED_TIMEOUT_MS = 400_000;
 
 /**
  * A G1 row's time limit: the generation without a cache takes ~12 s a run on the 2-core machine (check
@@ -196,7 +198,11 @@ async function p2Group(ctx: TableContext, group: P2Row[]): Promise<(TableResult 
   const ready = await Promise.all(children.map((child) => child.ready));
   const live = children.filter((_, i) => ready[i]);
   if (live.length > 0) {
-    await interleave(live, ctx.quick ? 3 : P2_MAX_RUNS, ctx.quick ? 500 : P2_BUDGET_MS, INTERLEAVE_PAUSE_MS);
+    await interleave(live, {
+      maxCycles: ctx.quick ? 3 : P2_MAX_RUNS,
+      budgetMs: ctx.quick ? 500 : P2_BUDGET_MS,
+      pauseMs: INTERLEAVE_PAUSE_MS,
+    });
   }
   return Promise.all(children.map((child) => child.finish()));
 }
@@ -256,8 +262,14 @@ export async function runT1(ctx: TableContext, relaxedRows: boolean): Promise<T1
   const once = (impl: T1Impl) => impl.kind === 'tfjs-cpu' || (impl.kind === 'qkv' && impl.long === true);
   const rounds = ctx.quick ? 1 : ctx.rounds;
   for (let round = 0; round < rounds; round++) {
-    const speedRows = rows.filter((r) => !once(r.impl));
-    for (const row of roundOrder(speedRows, t1Rank, round)) await runT1Row(ctx, row, round, rounds);
+    const speedRows = roundOrder(
+      rows.filter((r) => !once(r.impl) && r.status === 'ok'),
+      t1Rank,
+      round,
+    );
+    // Every speed row is compared with tfjs-wasm: they run interleaved, a step each in turn.
+    if (speedRows.length > 1) await runT1Group(ctx, speedRows, round, rounds);
+    else for (const row of speedRows) await runT1Row(ctx, row, round, rounds);
     if (round === 0) {
       for (const row of rows.filter((r) => r.impl.kind === 'tfjs-cpu')) await runT1Row(ctx, row, 0, 1);
     }
@@ -269,13 +281,37 @@ export async function runT1(ctx: TableContext, relaxedRows: boolean): Promise<T1
   return rows;
 }
 
-/** One run of a T1 row's child (round `round` of `rounds`), added to the row. */
-async function runT1Row(ctx: TableContext, row: T1Row, round: number, rounds: number): Promise<void> {
-  if (row.status !== 'ok') return; // failed in an earlier round: not run again
-  const { impl } = row;
-  if (round === 0) row.loadAverage1m = loadavg()[0];
+/**
+ * One round of the T1 speed rows, interleaved as p2Group's: each row's process warms up, then the parent
+ * asks them for one timed step each in turn, up to maxSteps each or until the slowest row's steps add
+ * up to its budget (at least minSteps: the loss check needs them).
+ */
+async function runT1Group(ctx: TableContext, group: T1Row[], round: number, rounds: number): Promise<void> {
+  const jobs = group.map((row) => ({ ...t1Job(ctx, row.impl), serve: true }) as TableJob);
+  const children = group.map((row, i) =>
+    serveChild<TableResult>(script(ctx), jobs[i], t1Argv(row.impl), T1_SERVED_TIMEOUT_MS),
+  );
+  if (round === 0) for (const row of group) row.loadAverage1m = loadavg()[0];
+  const ready = await Promise.all(children.map((child) => child.ready));
+  const served = children.filter((_, i) => ready[i]);
+  const { minSteps, maxSteps, budgetMs } = jobs[0] as Extract<TableJob, { table: 't1' }>;
+  if (served.length > 0) {
+    await interleave(served, {
+      minCycles: minSteps,
+      maxCycles: maxSteps,
+      budgetMs,
+      pauseMs: INTERLEAVE_PAUSE_MS,
+    });
+  }
+  const results = await Promise.all(children.map((child) => child.finish()));
+  group.forEach((row, i) => {
+    addT1Round(ctx, row, results[i], round, rounds, ', interleaved');
+  });
+}
+
+function t1Job(ctx: TableContext, impl: T1Impl): TableJob {
   const long = impl.kind === 'qkv' && impl.long === true;
-  const job: TableJob = long
+  return long
     ? {
         table: 't1',
         impl,
@@ -293,12 +329,37 @@ async function runT1Row(ctx: TableContext, row: T1Row, round: number, rounds: nu
         maxSteps: ctx.quick ? 2 : 12,
         budgetMs: ctx.quick ? 1000 : 20_000,
       };
-  const execArgv = [
+}
+
+function t1Argv(impl: T1Impl): string[] {
+  const long = impl.kind === 'qkv' && impl.long === true;
+  return [
     ...(impl.kind === 'qkv' && impl.relaxed ? [RELAXED_SIMD_FLAG] : []),
     ...(long ? ['--expose-gc'] : []),
   ];
+}
+
+/** One run of a T1 row's child (round `round` of `rounds`), added to the row. */
+async function runT1Row(ctx: TableContext, row: T1Row, round: number, rounds: number): Promise<void> {
+  if (row.status !== 'ok') return; // failed in an earlier round: not run again
+  const { impl } = row;
+  if (round === 0) row.loadAverage1m = loadavg()[0];
+  const long = impl.kind === 'qkv' && impl.long === true;
   const timeout = long ? T1_LONG_TIMEOUT_MS : T1_TIMEOUT_MS;
-  const result = await runChild<TableResult>(script(ctx), job, execArgv, timeout);
+  const result = await runChild<TableResult>(script(ctx), t1Job(ctx, impl), t1Argv(impl), timeout);
+  addT1Round(ctx, row, result, round, rounds);
+}
+
+/** A T1 row's round, added to the row: the first round's losses and RSS trace stand for the row. */
+function addT1Round(
+  ctx: TableContext,
+  row: T1Row,
+  result: TableResult & { timedOut?: boolean },
+  round: number,
+  rounds: number,
+  mode = '',
+): void {
+  if (mode) row.interleaved = true;
   if (round === 0) {
     // The first round's losses and RSS trace stand for the row (every round trains the same steps).
     Object.assign(row, {
@@ -313,7 +374,7 @@ async function runT1Row(ctx: TableContext, row: T1Row, round: number, rounds: nu
     row.status === 'ok'
       ? `${((T1_TOKENS / median(result.timesMs)) * 1000).toFixed(0)} tokens/s`
       : statusText(row);
-  ctx.log(`  T1 ${row.implementation}${roundText(round, rounds)}  ${speed}`);
+  ctx.log(`  T1 ${row.implementation}${roundText(round, rounds, mode)}  ${speed}`);
 }
 
 /** G1's runs per row: one check run, then warm-up and timed runs (fewer with --quick). */

@@ -74,12 +74,13 @@ interface TableResults<R> {
 }
 
 /** How a round of a target's rows runs, when they ran interleaved (spawn.ts's interleave). */
-const INTERLEAVED_ROUND =
-  'In a round, the qkv rows of one thread count and their onnxruntime-web peer run in processes started ' +
-  'together and, once every one is checked and warm, take turns one run each (every other turn in reverse ' +
-  'order, 25 ms apart; up to 30 runs each, or until the slowest row has run 4 s), so each run of a qkv row ' +
-  'has its peer’s just before and after it: this VM’s speed changes from one second to the next (a GEMM ' +
-  'loop sampled every 0.2 s ran at 14–32 GFLOP/s over a minute), and rows timed seconds apart saw different machines.';
+const INTERLEAVED_ROUND = [
+  'In a round, the qkv rows of one thread count and their onnxruntime-web peer run in processes started',
+  'together and, once every one is checked and warm, take turns one run each (every other turn in reverse',
+  'order, 150 ms apart, as onnxruntime-web’s 2-thread pool spins for ~50 ms after a run; up to 30 runs',
+  'each, or until the slowest row has run 4 s), so each run of a qkv row has its peer’s just before and',
+  'after it: the machine’s speed changes from one second to the next (see the top of this page).',
+];
 
 /** How many rounds the rows ran in (--rounds): the most any row has; TABLE_ROUNDS for results before rounds. */
 function roundsRun(rows: readonly { roundsMs?: number[] }[]): number {
@@ -110,8 +111,10 @@ export function benchSection(results: Results): string {
     'machine is shared, so expect noise: the rows the targets compare run in',
     ...(results.rows.some((r) => r.interleaved)
       ? [
-          `${rounds} rounds of their own after the grid. ${INTERLEAVED_ROUND} Their ms is the median over the`,
-          'rounds of each round’s median, and the targets table gives the ratio round by round.',
+          `${rounds} rounds of their own after the grid.`,
+          ...INTERLEAVED_ROUND,
+          'Their ms is the median over the rounds of each round’s median, and the targets table gives the ratio',
+          'round by round.',
         ]
       : [
           `${rounds} rounds (the grid's run the first, then each qkv row next to its onnxruntime-web row, every`,
@@ -156,8 +159,10 @@ export function p2Section(results: TableResults<P2Row>): string {
     `|out − expected| ≤ ${atol.toExponential(0)} + ${rtol.toExponential(0)}·|expected| on every element (max err below). The rows run in`,
     ...(results.rows.some((r) => r.interleaved)
       ? [
-          `${rounds} rounds, each running every row once. ${INTERLEAVED_ROUND} A row’s ms is the median over the rounds of`,
-          'each round’s median, after two warm-up runs; runs counts them all. The ratio is',
+          `${rounds} rounds, each running every row once.`,
+          ...INTERLEAVED_ROUND,
+          'A row’s ms is the median over the rounds of each round’s median, after two warm-up runs; runs counts',
+          'them all. The ratio is',
         ]
       : [
           `${rounds} rounds, each running every row once, each qkv row next to its onnxruntime-web row and every other`,
@@ -198,9 +203,19 @@ export function t1Section(results: TableResults<T1Row>): string {
     'where TinyTransformer.forward takes a `threads` option, else it says n/a.',
     '',
     'tokens/s = 2048 ÷ the median step time over the timed steps (up to 12, or 20 s, at least 3) after',
-    `warm-up steps (2, or 1 when a step takes over 5 s), in each of ${rounds} rounds: a round runs every speed row`,
-    'once, the one-thread qkv rows next to tfjs-wasm and every other round in reverse order (tfjs-cpu and the',
-    'memory rows run once), and a row’s figure is the median of its',
+    ...(results.rows.some((r) => r.interleaved)
+      ? [
+          `warm-up steps (2, or 1 when a step takes over 5 s), in each of ${rounds} rounds. In a round the speed rows`,
+          '(every one compared with tfjs-wasm) run in processes started together and, once every one is warm, take',
+          'turns one step each (every other turn in reverse order, 150 ms apart, until the slowest row has run 20 s',
+          'or 12 steps, 3 at least), as P1’s and P2’s target rows do (see the top of this page); tfjs-cpu and the',
+          'memory rows run once, alone. A row’s figure is the median of its',
+        ]
+      : [
+          `warm-up steps (2, or 1 when a step takes over 5 s), in each of ${rounds} rounds: a round runs every speed row`,
+          'once, the one-thread qkv rows next to tfjs-wasm and every other round in reverse order (tfjs-cpu and the',
+          'memory rows run once), and a row’s figure is the median of its',
+        ]),
     'rounds’; the targets table also gives the ratio round by round. The rows start from different random weights,',
     'so they are not compared number for number: the check is that every loss is finite and the loss falls',
     'over the timed steps (shown); a row failing it reports no speed. Peak RSS is the whole process; the',

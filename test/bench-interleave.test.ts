@@ -31,20 +31,35 @@ function fake(name: string, ms: number, log: string[], lives = Infinity): Fake {
 describe('interleave', () => {
   it('runs one call of each child per cycle, every other cycle in reverse order', async () => {
     const log: string[] = [];
-    await interleave([fake('a', 1, log), fake('b', 1, log), fake('c', 1, log)], 3, 1e9, 0);
+    await interleave([fake('a', 1, log), fake('b', 1, log), fake('c', 1, log)], {
+      maxCycles: 3,
+      budgetMs: 1e9,
+      pauseMs: 0,
+    });
     expect(log.join('')).toBe('abccbaabc');
   });
 
   it('stops once the slowest child has spent the budget, after a whole cycle', async () => {
     const log: string[] = [];
-    await interleave([fake('q', 10, log), fake('o', 30, log)], 100, 100, 0);
+    await interleave([fake('q', 10, log), fake('o', 30, log)], { maxCycles: 100, budgetMs: 100, pauseMs: 0 });
     // o reaches 120 ms ≥ 100 in its fourth run; the cycle it ends is whole
     expect(log.join('')).toBe('qooqqooq');
   });
 
+  it('runs minCycles cycles whatever the budget', async () => {
+    const log: string[] = [];
+    await interleave([fake('q', 10, log), fake('o', 30, log)], {
+      minCycles: 3,
+      maxCycles: 12,
+      budgetMs: 1,
+      pauseMs: 0,
+    });
+    expect(log.join('')).toBe('qooqqo');
+  });
+
   it('stops when a child has ended', async () => {
     const log: string[] = [];
-    await interleave([fake('a', 1, log), fake('b', 1, log, 2)], 10, 1e9, 0);
+    await interleave([fake('a', 1, log), fake('b', 1, log, 2)], { maxCycles: 10, budgetMs: 1e9, pauseMs: 0 });
     expect(log.join('')).toBe('abbaa');
   });
 });
