@@ -1,5 +1,6 @@
 // One bench row in its own process: build the inputs, prepare the implementation, run it once and check
 // the result, then time it. Reports to the parent over IPC (its peak RSS every half second, then the result).
+// A served row (job.serve) times a run only when the parent asks (spawn.ts's serveRuns).
 // One decision to know: a result that fails the check is never timed.
 
 import { readFileSync } from 'node:fs';

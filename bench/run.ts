@@ -48,7 +48,7 @@ import {
   targetsMarkdownTable,
   toJson,
 } from './results.js';
-import { INTERLEAVE_PAUSE_MS, interleave, runChild, serveChild } from './spawn.js';
+import { INTERLEAVE_PAUSE_MS, interleave, runChild, serveChild, serveGroup } from './spawn.js';
 import { t1Table, t1TargetsTable } from './t1.js';
 import { runF1, runG1, runP2, runT1, TABLE_NAMES, type TableContext, type TableName } from './tables.js';
 import { updateReadme } from './update-readme.js';
@@ -64,7 +64,7 @@ const CHILD_SCRIPT = join(BENCH_DIR, 'dist', 'child.js');
 /** A row's timed runs (in the grid, or in an interleaved round): at most MAX_RUNS, or BUDGET_MS of them. */
 const MAX_RUNS = 30;
 const BUDGET_MS = 4000;
-/** An interleaved round's time limit: its rows load at once, then take turns (~15 s for P1's). */
+/** An interleaved row's limit to be ready, then between two of its replies (spawn.ts's serveChild). */
 const SERVED_TIMEOUT_MS = 240_000;
 const childArgv = (impl: Impl) => (impl.kind === 'qkv' && impl.relaxed ? [RELAXED_SIMD_FLAG] : []);
 
@@ -245,7 +245,7 @@ function targetRank({ impl }: Row): number {
 /**
  * Runs the rows the speed targets compare (P1) in ctx.rounds rounds of their own, interleaved: in a round,
  * the rows of one target group (a config's qkv rows at one thread count and their onnxruntime-web peer)
- * run in processes started together, which, once every one is checked and warm, take turns one run each
+ * run in processes started one after another (spawn.ts's serveGroup), which, once every one is checked and warm, take turns one run each
  * (spawn.ts's interleave), every other round in reverse order. So each run of a qkv row has its peer's
  * just before and after it, and a machine whose speed changes from one second to the next (the project's
  * VM does) moves both alike; in the grid, a row and its peer run minutes apart. A row's ms becomes the
@@ -274,15 +274,18 @@ async function runTargetRounds(rows: Row[], plan: Planned[], ctx: RunContext): P
       const live = group.filter(({ row }) => row.status === 'ok');
       if (live.length === 0) continue;
       const ordered = round % 2 ? [...live].reverse() : live;
-      const children = ordered.map(({ planned }) =>
-        serveChild<ChildResult>(
-          CHILD_SCRIPT,
-          { ...jobOf(planned, ctx), serve: true },
-          childArgv(planned.impl),
-          SERVED_TIMEOUT_MS,
+      const { children, ready } = await serveGroup(
+        ordered.map(
+          ({ planned }) =>
+            () =>
+              serveChild<ChildResult>(
+                CHILD_SCRIPT,
+                { ...jobOf(planned, ctx), serve: true },
+                childArgv(planned.impl),
+                SERVED_TIMEOUT_MS,
+              ),
         ),
       );
-      const ready = await Promise.all(children.map((child) => child.ready));
       const served = children.filter((_, i) => ready[i]);
       if (served.length > 0) {
         await interleave(served, { maxCycles: MAX_RUNS, budgetMs: BUDGET_MS, pauseMs: INTERLEAVE_PAUSE_MS });

@@ -45,7 +45,8 @@ export function runChild<R extends Pick<ChildResult, 'peakRssMB'>>(
 
 /**
  * Forks `script` with the job (which asks it to serve: `serve: true`) and lets the parent time its runs
- * one at a time; kills it after `timeoutMs` in all.
+ * one at a time; kills it when it is not ready within `timeoutMs`, or once ready when `timeoutMs` pass
+ * without a reply.
  */
 export function serveChild<R extends Pick<ChildResult, 'peakRssMB'>>(
   script: string,
@@ -79,19 +80,29 @@ function startChild<R extends Pick<ChildResult, 'peakRssMB'>>(
   child.stderr?.on('data', (chunk: Buffer) => {
     if (stderr.length < 8000) stderr += chunk.toString(); // the error comes first, its stack after
   });
+  // The time limit runs from the start to the result, or, for a served child, to 'ready' and then from
+  // each reply to the next: a row whose siblings are slow to load or run does not run out of time.
+  let timer: NodeJS.Timeout | undefined;
+  const arm = () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => {
+      timedOut = true;
+      child.kill('SIGKILL');
+    }, timeoutMs);
+  };
+  arm();
   child.on('message', (m: Report<R>) => {
     if (m.type === 'rss') peakRssMB = Math.max(peakRssMB, m.peakRssMB);
-    else if (m.type === 'ready') markReady(true);
-    else if (m.type === 'time') {
+    else if (m.type === 'ready') {
+      arm();
+      markReady(true);
+    } else if (m.type === 'time') {
+      arm();
       const answer = pending;
       pending = undefined;
       answer?.(m.ms);
     } else result = m.result;
   });
-  const timer = setTimeout(() => {
-    timedOut = true;
-    child.kill('SIGKILL');
-  }, timeoutMs);
   const ended = new Promise<Outcome<R>>((resolve) => {
     child.on('exit', (code, signal) => {
       exited = true;
@@ -147,20 +158,41 @@ export interface InterleaveLimits {
 }
 
 /**
+ * Starts a group's served children one at a time, each once the one before is ready (or has ended), so
+ * their loading, checks and warm-up runs (whose first times decide how many warm-ups follow) do not
+ * compete for the cores. Resolves to the children and whether each is ready.
+ */
+export async function serveGroup<R extends Pick<ChildResult, 'peakRssMB'>>(
+  starts: (() => ServedChild<R>)[],
+): Promise<{ children: ServedChild<R>[]; ready: boolean[] }> {
+  const children: ServedChild<R>[] = [];
+  const ready: boolean[] = [];
+  for (const start of starts) {
+    const child = start();
+    children.push(child);
+    ready.push(await child.ready);
+  }
+  return { children, ready };
+}
+
+/**
  * Times served children in turn, one run each per cycle, every other cycle in reverse order, pausing
- * before each run; stops at the limits, or when a child ends. The runs' times reach each child's result.
+ * before each run; stops at the limits. A child that ends leaves the turns; the others go on.
+ * The runs' times reach each child's result.
  */
 export async function interleave(children: ServedChild<unknown>[], limits: InterleaveLimits): Promise<void> {
   const { maxCycles, budgetMs, minCycles = 1, pauseMs } = limits;
   const spent = children.map(() => 0);
-  for (let cycle = 0; cycle < maxCycles; cycle++) {
+  const live = children.map(() => true);
+  for (let cycle = 0; cycle < maxCycles && live.some(Boolean); cycle++) {
     const order = children.map((_, i) => i);
     if (cycle % 2) order.reverse();
     for (const i of order) {
+      if (!live[i]) continue;
       await new Promise((resolve) => setTimeout(resolve, pauseMs));
       const ms = await children[i].run();
-      if (ms === undefined) return;
-      spent[i] += ms;
+      if (ms === undefined) live[i] = false;
+      else spent[i] += ms;
     }
     if (cycle + 1 >= minCycles && Math.max(...spent) >= budgetMs) return;
   }

@@ -2,7 +2,8 @@
 // run it once and check the output, then time it. T1: run warm-up steps, then timed training steps,
 // recording each step's loss and the process RSS after it, then check the losses. G1: g1-rows.ts, F1:
 // f1-rows.ts (check, then time). Reports to the parent over IPC as child.ts does (peak RSS every half
-// second, then the result).
+// second, then the result). A served P2 or T1 row (job.serve) times a run or step only when the parent
+// asks (spawn.ts's serveRuns), so the parent can interleave the rows a target compares.
 // One decision to know: a P2 output that fails the check is never timed, and a T1 row whose losses fail
 // the check reports no times, so a wrong implementation never shows a speed.
 

@@ -23,7 +23,7 @@ import type { G1Job } from './g1-rows.js';
 import { RELAXED_SIMD_FLAG } from './jobs.js';
 import { finishP2Rows, type P2Impl, type P2Row, p2Impls, p2Name, statusText } from './p2.js';
 import { median } from './results.js';
-import { INTERLEAVE_PAUSE_MS, interleave, runChild, serveChild } from './spawn.js';
+import { INTERLEAVE_PAUSE_MS, interleave, runChild, serveChild, serveGroup } from './spawn.js';
 import {
   finishT1Rows,
   T1_HEAP_EVERY,
@@ -55,10 +55,7 @@ export interface TableContext {
 
 /** A P2 row's time limit: loading, the check and up to 4 s of runs take ~10 s on the 2-core machine. */
 const P2_TIMEOUT_MS = 120_000;
-/**
- * An interleaved P2 row's: its target's rows load at once and then take turns (up to 4 s of the slowest
- * row's runs and the others' between them, ~15 s).
- */
+/** An interleaved P2 row's limit to be ready, then between two of its replies (spawn.ts's serveChild). */
 const P2_SERVED_TIMEOUT_MS = 240_000;
 /** A P2 row's timed runs in a round: at most this many, or until its (slowest) row has spent P2_BUDGET_MS. */
 const P2_MAX_RUNS = 30;
@@ -68,7 +65,7 @@ const P2_BUDGET_MS = 4000;
 const T1_TIMEOUT_MS = 180_000;
 /** A memory row: 210 steps of about 0.5 s on this VM; 10 minutes leaves room for a slower machine. */
 const T1_LONG_TIMEOUT_MS = 600_000;
-/** An interleaved T1 round: five rows warm up at once, then up to 12 steps each in turn (~1 minute). */
+/** An interleaved T1 row's limit to be ready, then between two of its replies (spawn.ts's serveChild). */
 const T1_SERVED_TIMEOUT_MS = 400_000;
 
 /**
@@ -185,17 +182,24 @@ function p2Job(ctx: TableContext, impl: P2Impl, serve: boolean): TableJob {
 }
 
 /**
- * One round of a target's rows, interleaved: each row in its own process, all started together; once
- * every one is checked and warm, the parent asks them for one run each in turn (spawn.ts's interleave),
+ * One round of a target's rows, interleaved: each row in its own process, started one after another
+ * (spawn.ts's serveGroup); once every one is checked and warm, the parent asks them for one run each in turn (spawn.ts's interleave),
  * up to P2_MAX_RUNS each, or until the slowest row's runs add up to P2_BUDGET_MS. So every run of a qkv row
  * has its peer's runs just before and after it, and a machine whose speed changes from one second to the
  * next (the project's VM does) moves both alike.
  */
 async function p2Group(ctx: TableContext, group: P2Row[]): Promise<(TableResult & { timedOut?: boolean })[]> {
-  const children = group.map((row) =>
-    serveChild<TableResult>(script(ctx), p2Job(ctx, row.impl, true), p2Argv(row.impl), P2_SERVED_TIMEOUT_MS),
+  const { children, ready } = await serveGroup(
+    group.map(
+      (row) => () =>
+        serveChild<TableResult>(
+          script(ctx),
+          p2Job(ctx, row.impl, true),
+          p2Argv(row.impl),
+          P2_SERVED_TIMEOUT_MS,
+        ),
+    ),
   );
-  const ready = await Promise.all(children.map((child) => child.ready));
   const live = children.filter((_, i) => ready[i]);
   if (live.length > 0) {
     await interleave(live, {
@@ -288,11 +292,12 @@ export async function runT1(ctx: TableContext, relaxedRows: boolean): Promise<T1
  */
 async function runT1Group(ctx: TableContext, group: T1Row[], round: number, rounds: number): Promise<void> {
   const jobs = group.map((row) => ({ ...t1Job(ctx, row.impl), serve: true }) as TableJob);
-  const children = group.map((row, i) =>
-    serveChild<TableResult>(script(ctx), jobs[i], t1Argv(row.impl), T1_SERVED_TIMEOUT_MS),
-  );
   if (round === 0) for (const row of group) row.loadAverage1m = loadavg()[0];
-  const ready = await Promise.all(children.map((child) => child.ready));
+  const { children, ready } = await serveGroup(
+    group.map(
+      (row, i) => () => serveChild<TableResult>(script(ctx), jobs[i], t1Argv(row.impl), T1_SERVED_TIMEOUT_MS),
+    ),
+  );
   const served = children.filter((_, i) => ready[i]);
   const { minSteps, maxSteps, budgetMs } = jobs[0] as Extract<TableJob, { table: 't1' }>;
   if (served.length > 0) {

@@ -75,8 +75,8 @@ interface TableResults<R> {
 
 /** How a round of a target's rows runs, when they ran interleaved (spawn.ts's interleave). */
 const INTERLEAVED_ROUND = [
-  'In a round, the qkv rows of one thread count and their onnxruntime-web peer run in processes started',
-  'together and, once every one is checked and warm, take turns one run each (every other turn in reverse',
+  'In a round, the qkv rows of one thread count and their onnxruntime-web peer run in processes started one',
+  'after another and, once every one is checked and warm, take turns one run each (every other turn in reverse',
   'order, 150 ms apart, as onnxruntime-web’s 2-thread pool spins for ~50 ms after a run; up to 30 runs',
   'each, or until the slowest row has run 4 s), so each run of a qkv row has its peer’s just before and',
   'after it: the machine’s speed changes from one second to the next (see the top of this page).',
@@ -206,7 +206,7 @@ export function t1Section(results: TableResults<T1Row>): string {
     ...(results.rows.some((r) => r.interleaved)
       ? [
           `warm-up steps (2, or 1 when a step takes over 5 s), in each of ${rounds} rounds. In a round the speed rows`,
-          '(every one compared with tfjs-wasm) run in processes started together and, once every one is warm, take',
+          '(every one compared with tfjs-wasm) run in processes started one after another and, once every one is warm, take',
           'turns one step each (every other turn in reverse order, 150 ms apart, until the slowest row has run 20 s',
           'or 12 steps, 3 at least), as P1’s and P2’s target rows do (see the top of this page); tfjs-cpu and the',
           'memory rows run once, alone. A row’s figure is the median of its',

@@ -4,7 +4,7 @@
 import { EventEmitter } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it, vi } from 'vitest';
-import { interleave, type ServedChild, serveChild, serveRuns } from '../bench/spawn.js';
+import { interleave, type ServedChild, serveChild, serveGroup, serveRuns } from '../bench/spawn.js';
 
 const CHILD = fileURLToPath(new URL('./fixtures/served-child.mjs', import.meta.url));
 
@@ -57,10 +57,14 @@ describe('interleave', () => {
     expect(log.join('')).toBe('qooqqo');
   });
 
-  it('stops when a child has ended', async () => {
+  it('drops a child that has ended; the others go on', async () => {
     const log: string[] = [];
-    await interleave([fake('a', 1, log), fake('b', 1, log, 2)], { maxCycles: 10, budgetMs: 1e9, pauseMs: 0 });
-    expect(log.join('')).toBe('abbaa');
+    await interleave([fake('a', 1, log), fake('b', 1, log, 2), fake('c', 1, log)], {
+      maxCycles: 4,
+      budgetMs: 1e9,
+      pauseMs: 0,
+    });
+    expect(log.join('')).toBe('abccbaacca');
   });
 });
 
@@ -78,6 +82,21 @@ describe('serveChild', () => {
     const result = await child.finish();
     expect(result.status).toBe('ok');
     expect(result.timesMs).toEqual([7, 7]);
+  });
+
+  it('the time limit runs to ready, then from reply to reply', async () => {
+    // 3 runs of 400 ms after 400 ms of loading: 1.6 s in all, each wait under the 1 s limit
+    const child = serveChild<{ status: string; timesMs: number[]; peakRssMB: number; timedOut?: boolean }>(
+      CHILD,
+      { ms: 400, wait: 400, readyAfter: 400 },
+      [],
+      1000,
+    );
+    expect(await child.ready).toBe(true);
+    for (let i = 0; i < 3; i++) expect(await child.run()).toBe(400);
+    const result = await child.finish();
+    expect(result.timedOut).toBeUndefined();
+    expect(result.timesMs).toEqual([400, 400, 400]);
   });
 
   it('a child that is not ready says so, and its result says why', async () => {
@@ -107,6 +126,22 @@ describe('serveChild', () => {
     const result = await child.finish();
     expect(result.status).toBe('failed');
     expect(result.message).toMatch(/^exit 3/);
+  });
+});
+
+describe('serveGroup', () => {
+  it('starts each child once the one before is ready', async () => {
+    const started: number[] = [];
+    const at = performance.now();
+    const { children, ready } = await serveGroup(
+      [300, 0].map((readyAfter) => () => {
+        started.push(performance.now() - at);
+        return serveChild<{ status: string; peakRssMB: number }>(CHILD, { ms: 1, readyAfter }, [], 20_000);
+      }),
+    );
+    expect(ready).toEqual([true, true]);
+    expect(started[1]).toBeGreaterThanOrEqual(300);
+    await Promise.all(children.map((child) => child.finish()));
   });
 });
 
