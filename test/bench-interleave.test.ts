@@ -4,7 +4,14 @@
 import { EventEmitter } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it, vi } from 'vitest';
-import { interleave, type ServedChild, serveChild, serveGroup, serveRuns } from '../bench/spawn.js';
+import {
+  type InterleaveLimits,
+  interleave,
+  type ServedChild,
+  serveChild,
+  serveGroup,
+  serveRuns,
+} from '../bench/spawn.js';
 
 const CHILD = fileURLToPath(new URL('./fixtures/served-child.mjs', import.meta.url));
 
@@ -28,43 +35,69 @@ function fake(name: string, ms: number, log: string[], lives = Infinity): Fake {
   };
 }
 
+/** The order interleave runs fakes in: [name, ms per run, runs before it ends] each. */
+async function turns(fakes: [string, number, number?][], limits: InterleaveLimits): Promise<string> {
+  const log: string[] = [];
+  await interleave(
+    fakes.map(([name, ms, lives]) => fake(name, ms, log, lives)),
+    limits,
+  );
+  return log.join('');
+}
+
 describe('interleave', () => {
+  const unbounded = { budgetMs: 1e9, pauseMs: 0 };
+
   it('runs one call of each child per cycle, every other cycle in reverse order', async () => {
-    const log: string[] = [];
-    await interleave([fake('a', 1, log), fake('b', 1, log), fake('c', 1, log)], {
-      maxCycles: 3,
-      budgetMs: 1e9,
-      pauseMs: 0,
-    });
-    expect(log.join('')).toBe('abccbaabc');
+    expect(
+      await turns(
+        [
+          ['a', 1],
+          ['b', 1],
+          ['c', 1],
+        ],
+        { maxCycles: 3, ...unbounded },
+      ),
+    ).toBe('abccbaabc');
   });
 
   it('stops once the slowest child has spent the budget, after a whole cycle', async () => {
-    const log: string[] = [];
-    await interleave([fake('q', 10, log), fake('o', 30, log)], { maxCycles: 100, budgetMs: 100, pauseMs: 0 });
     // o reaches 120 ms ≥ 100 in its fourth run; the cycle it ends is whole
-    expect(log.join('')).toBe('qooqqooq');
+    expect(
+      await turns(
+        [
+          ['q', 10],
+          ['o', 30],
+        ],
+        { maxCycles: 100, budgetMs: 100, pauseMs: 0 },
+      ),
+    ).toBe('qooqqooq');
   });
 
   it('runs minCycles cycles whatever the budget', async () => {
-    const log: string[] = [];
-    await interleave([fake('q', 10, log), fake('o', 30, log)], {
-      minCycles: 3,
-      maxCycles: 12,
-      budgetMs: 1,
-      pauseMs: 0,
-    });
-    expect(log.join('')).toBe('qooqqo');
+    const limits = { minCycles: 3, maxCycles: 12, budgetMs: 1, pauseMs: 0 };
+    expect(
+      await turns(
+        [
+          ['q', 10],
+          ['o', 30],
+        ],
+        limits,
+      ),
+    ).toBe('qooqqo');
   });
 
   it('drops a child that has ended; the others go on', async () => {
-    const log: string[] = [];
-    await interleave([fake('a', 1, log), fake('b', 1, log, 2), fake('c', 1, log)], {
-      maxCycles: 4,
-      budgetMs: 1e9,
-      pauseMs: 0,
-    });
-    expect(log.join('')).toBe('abccbaacca');
+    expect(
+      await turns(
+        [
+          ['a', 1],
+          ['b', 1, 2],
+          ['c', 1],
+        ],
+        { maxCycles: 4, ...unbounded },
+      ),
+    ).toBe('abccbaacca');
   });
 });
 
@@ -85,18 +118,18 @@ describe('serveChild', () => {
   });
 
   it('the time limit runs to ready, then from reply to reply', async () => {
-    // 3 runs of 400 ms after 400 ms of loading: 1.6 s in all, each wait under the 1 s limit
+    // 3 replies 1.5 s apart: 4.5 s in all, over the 4 s limit, each gap well under it
     const child = serveChild<{ status: string; timesMs: number[]; peakRssMB: number; timedOut?: boolean }>(
       CHILD,
-      { ms: 400, wait: 400, readyAfter: 400 },
+      { ms: 1500, wait: 1500 },
       [],
-      1000,
+      4000,
     );
     expect(await child.ready).toBe(true);
-    for (let i = 0; i < 3; i++) expect(await child.run()).toBe(400);
+    for (let i = 0; i < 3; i++) expect(await child.run()).toBe(1500);
     const result = await child.finish();
     expect(result.timedOut).toBeUndefined();
-    expect(result.timesMs).toEqual([400, 400, 400]);
+    expect(result.timesMs).toEqual([1500, 1500, 1500]);
   });
 
   it('a child that is not ready says so, and its result says why', async () => {
@@ -131,16 +164,28 @@ describe('serveChild', () => {
 
 describe('serveGroup', () => {
   it('starts each child once the one before is ready', async () => {
-    const started: number[] = [];
-    const at = performance.now();
-    const { children, ready } = await serveGroup(
-      [300, 0].map((readyAfter) => () => {
-        started.push(performance.now() - at);
-        return serveChild<{ status: string; peakRssMB: number }>(CHILD, { ms: 1, readyAfter }, [], 20_000);
-      }),
-    );
+    let firstReady = false;
+    let secondStartedAfterFirstReady = false;
+    const { children, ready } = await serveGroup([
+      () => {
+        const child = serveChild<{ status: string; peakRssMB: number }>(
+          CHILD,
+          { ms: 1, readyAfter: 200 },
+          [],
+          20_000,
+        );
+        void child.ready.then(() => {
+          firstReady = true;
+        });
+        return child;
+      },
+      () => {
+        secondStartedAfterFirstReady = firstReady;
+        return serveChild<{ status: string; peakRssMB: number }>(CHILD, { ms: 1 }, [], 20_000);
+      },
+    ]);
     expect(ready).toEqual([true, true]);
-    expect(started[1]).toBeGreaterThanOrEqual(300);
+    expect(secondStartedAfterFirstReady).toBe(true);
     await Promise.all(children.map((child) => child.finish()));
   });
 });
