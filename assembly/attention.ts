@@ -8,7 +8,9 @@
 //   q     [rowsPad/4, E, 4, 4]  query rows of the chunk, times scale·log2 e (scores in log2 units), in
 //                           groups of 4 rows with every element broadcast to 4 lanes (see packQ)
 //   kt    [E, ldk]          keys of the chunk, transposed; ldk is a multiple of 8 (pad columns are 0)
-//   v     [ldk, EvPad]      values of the chunk; EvPad is a multiple of 8 (pad entries are 0)
+//   v     [EvPad/8, ldv, 8] values of the chunk in panels of 8 value columns (see packV), so pass 4
+//                           reads each panel as one contiguous stream; EvPad is a multiple of 8 (pad
+//                           entries are 0)
 //   tile  [4, TILE_LD]      scratch: scores, then probabilities, of 4 rows
 //   m, l  [rowsPad]         running max (log2 units) and running sum of 2^(s − m) per row
 //   acc   [rowsPad, EvPad]  running Σ p·v, unnormalised
@@ -60,7 +62,7 @@ export function reset(m: usize, l: usize, acc: usize, rowsPad: i32, EvPad: i32):
  */
 export function attend(
   q: usize, kt: usize, v: usize, tile: usize, m: usize, l: usize, acc: usize,
-  rows: i32, cols: i32, E: i32, ldk: i32, EvPad: i32,
+  rows: i32, cols: i32, E: i32, ldk: i32, ldv: i32, EvPad: i32,
   i0: i32, j0: i32, shift: i32, left: i32, right: i32, band: i32,
   mask: usize, maskSl: i32, maskSs: i32, bias: usize, biasSl: i32, biasSs: i32, vNonFinite: i32,
   flex: usize,
@@ -246,17 +248,18 @@ export function attend(
     // Pass 4: acc[4 rows, :] += p[4 rows, cols] · v[cols, :], 8 value columns at a time.
     const last = min(cols, cEnd);
     if (vNonFinite != 0 && !clean) {
-      accumulateMasked(acc, v, tile, r0, EvPad, cStart, last);
+      accumulateMasked(acc, v, ldv, tile, r0, EvPad, cStart, last);
       continue;
     }
     const evBytes = <usize>EvPad << 2;
+    const panelBytes = <usize>ldv << 5;
     for (let e = 0; e < EvPad; e += 8) {
       const a0p = acc + (<usize>(r0 * EvPad + e) << 2);
       let a00 = v128.load(a0p), a01 = v128.load(a0p, 16);
       let a10 = v128.load(a0p + evBytes), a11 = v128.load(a0p + evBytes, 16);
       let a20 = v128.load(a0p + 2 * evBytes), a21 = v128.load(a0p + 2 * evBytes, 16);
       let a30 = v128.load(a0p + 3 * evBytes), a31 = v128.load(a0p + 3 * evBytes, 16);
-      let vp = v + (<usize>(cStart * EvPad + e) << 2);
+      let vp = v + <usize>(e >> 3) * panelBytes + (<usize>cStart << 5);
       let tp = tile + (<usize>cStart << 2);
       for (let c = cStart; c < last; c++) {
         const v0 = v128.load(vp);
@@ -269,7 +272,7 @@ export function attend(
         a10 = madd(p1, v0, a10); a11 = madd(p1, v1, a11);
         a20 = madd(p2, v0, a20); a21 = madd(p2, v1, a21);
         a30 = madd(p3, v0, a30); a31 = madd(p3, v1, a31);
-        vp += evBytes;
+        vp += 32;
         tp += 4;
       }
       v128.store(a0p, a00); v128.store(a0p, a01, 16);
@@ -535,8 +538,9 @@ function relBias(row: usize, d0: i32, b: i32, first: f32, lastEntry: f32): v128 
  * where p ≠ 0 (a visible key's p is never 0: exp2x4 stops at 2^−126).
  */
 @inline(never)
-function accumulateMasked(acc: usize, v: usize, tile: usize, r0: i32, EvPad: i32, cStart: i32, last: i32): void {
+function accumulateMasked(acc: usize, v: usize, ldv: i32, tile: usize, r0: i32, EvPad: i32, cStart: i32, last: i32): void {
   const evBytes = <usize>EvPad << 2;
+  const panelBytes = <usize>ldv << 5;
   const zero = f32x4.splat(0);
   for (let e = 0; e < EvPad; e += 8) {
     const a0p = acc + (<usize>(r0 * EvPad + e) << 2);
@@ -544,7 +548,7 @@ function accumulateMasked(acc: usize, v: usize, tile: usize, r0: i32, EvPad: i32
     let a10 = v128.load(a0p + evBytes), a11 = v128.load(a0p + evBytes, 16);
     let a20 = v128.load(a0p + 2 * evBytes), a21 = v128.load(a0p + 2 * evBytes, 16);
     let a30 = v128.load(a0p + 3 * evBytes), a31 = v128.load(a0p + 3 * evBytes, 16);
-    let vp = v + (<usize>(cStart * EvPad + e) << 2);
+    let vp = v + <usize>(e >> 3) * panelBytes + (<usize>cStart << 5);
     let tp = tile + (<usize>cStart << 2);
     for (let c = cStart; c < last; c++) {
       const v0 = v128.load(vp);
@@ -558,7 +562,7 @@ function accumulateMasked(acc: usize, v: usize, tile: usize, r0: i32, EvPad: i32
       a10 = f32x4.add(a10, v128.and(f32x4.mul(p1, v0), k1)); a11 = f32x4.add(a11, v128.and(f32x4.mul(p1, v1), k1));
       a20 = f32x4.add(a20, v128.and(f32x4.mul(p2, v0), k2)); a21 = f32x4.add(a21, v128.and(f32x4.mul(p2, v1), k2));
       a30 = f32x4.add(a30, v128.and(f32x4.mul(p3, v0), k3)); a31 = f32x4.add(a31, v128.and(f32x4.mul(p3, v1), k3));
-      vp += evBytes;
+      vp += 32;
       tp += 4;
     }
     v128.store(a0p, a00); v128.store(a0p, a01, 16);
@@ -643,6 +647,42 @@ export function packQ(src: usize, rows: i32, E: i32, dst: usize, s: f32): void {
       }
       for (; e < E; e++) v128.store(d + (<usize>(e * 4 + rr) << 4), f32x4.splat(load<f32>(from + (<usize>e << 2)) * s));
     }
+  }
+}
+
+/**
+ * Value rows [cols, Ev] (row-major, as copied from v) → `attend`'s value panels [EvPad/8, ld, 8]: panel P
+ * holds value columns 8P … 8P + 7 of every key, 32 bytes per key, so `attend`'s P·V loop reads one
+ * contiguous stream per panel instead of one cache line per key. Value columns ≥ Ev and keys cols …
+ * colsPad − 1 (colsPad = cols rounded up to 8; ld ≥ colsPad) are 0.
+ */
+export function packV(src: usize, cols: i32, Ev: i32, dst: usize, ld: i32): void {
+  const colsPad = (cols + 7) & ~7;
+  const EvPad = (max(Ev, 1) + 7) & ~7;
+  const step = <usize>Ev << 2; // bytes from one key to the next in src
+  for (let e0 = 0; e0 < EvPad; e0 += 8) {
+    const panel = dst + (<usize>(e0 >> 3) * <usize>ld << 5);
+    const w = min(8, Ev - e0); // real value columns in this panel
+    let from = src + (<usize>e0 << 2);
+    if (w == 8) {
+      for (let c = 0; c < cols; c++) {
+        const o = panel + (<usize>c << 5);
+        v128.store(o, v128.load(from));
+        v128.store(o, v128.load(from, 16), 16);
+        from += step;
+      }
+    } else {
+      for (let c = 0; c < cols; c++) {
+        const o = panel + (<usize>c << 5);
+        for (let e = 0; e < 8; e++) {
+          let x: f32 = 0;
+          if (e < w) x = load<f32>(from + (<usize>e << 2)); // (a branch: a select would load past the row)
+          store<f32>(o + (<usize>e << 2), x);
+        }
+        from += step;
+      }
+    }
+    memory.fill(panel + (<usize>cols << 5), 0, <usize>(colsPad - cols) << 5);
   }
 }
 

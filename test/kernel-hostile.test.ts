@@ -302,7 +302,7 @@ const arbHostile = fc
     L: fc.integer({ min: 1, max: 37 }),
     S: fc.integer({ min: 1, max: 37 }),
     E: fc.constantFrom(1, 3, 4, 8, 16),
-    Ev: fc.constantFrom(1, 3, 8),
+    Ev: fc.constantFrom(1, 3, 8, 9, 17), // 9 and 17: a partial second or third value panel
     qk: fc.constantFrom(1, 1, 1, 10, 1e3, 1e20, 1e-20),
     vScale: fc.constantFrom(1, 1, 1, 1e30),
     mask: fc.constantFrom('none', 'none', 'random', 'rows-blocked', 'keys'),

@@ -51,6 +51,7 @@ interface KernelExports {
     cols: number,
     E: number,
     ldk: number,
+    ldv: number,
     EvPad: number,
     i0: number,
     j0: number,
@@ -70,6 +71,7 @@ interface KernelExports {
   finish(out: number, m: number, l: number, acc: number, rows: number, EvPad: number, limit: number): number;
   nonFinite(p: number, n: number): number;
   packQ(src: number, rows: number, E: number, dst: number, s: number): void;
+  packV(src: number, cols: number, Ev: number, dst: number, ld: number): void;
   tileBytes(): number;
   transposeK(src: number, cols: number, E: number, dst: number, block: number, ld: number): void;
   decodeTileBytes(): number;
@@ -249,8 +251,8 @@ class AttentionDriver {
     const panels = Math.ceil(kvCols / COL_BLOCK);
 
     // Memory map (bytes, 16-aligned), from the module's heap base (> 0, so address 0 can mean "no
-    // mask/bias"): mask | bias | K^T [E, ldk] | V [kvCols, EvPad] | Q packed [rowsMax, E, 4] | m | l |
-    // acc [rowsMax, EvPad] | tile [4, TILE_LD] | stage (keys or query rows as copied).
+    // mask/bias"): mask | bias | K^T [E, ldk] | V [EvPad/8, kvCols, 8] | Q packed [rowsMax, E, 4] | m | l |
+    // acc [rowsMax, EvPad] | tile [4, TILE_LD] | stage (keys, values or query rows as copied).
     const base = this.rt.base;
     // A mask or bias is copied whole when small, else one [rows, COL_BLOCK] tile at a time.
     const tileViewBytes = pad(rowsMax * COL_BLOCK * 4, 16);
@@ -265,9 +267,9 @@ class AttentionDriver {
     const lPtr = mPtr + rowsMax * 4;
     const accPtr = lPtr + rowsMax * 4;
     const tilePtr = accPtr + rowsMax * EvPad * 4;
-    // Keys or query rows as copied, before they are transposed or packed.
+    // Keys, values or query rows as copied, before they are transposed or packed.
     const stagePtr = tilePtr + pad(this.exports.tileBytes(), 16);
-    this.ensure(stagePtr + Math.max(kvCols, rowsMax) * E * 4);
+    this.ensure(stagePtr + Math.max(kvCols * Math.max(E, Ev), rowsMax * E) * 4);
     this.stagePtr = stagePtr;
     if (this.problem !== callId(p) || this.maskPtr !== base || this.biasPtr !== base + maskBytes) {
       // Small masks and biases are copied as given (broadcast axes stay size 1), once per call.
@@ -310,7 +312,7 @@ class AttentionDriver {
       // head of a GQA group); otherwise stream the band in chunks of kvCols keys.
       for (let s0 = whole ? 0 : bandLo - (bandLo % grid); bandLo <= bandHi && s0 <= bandHi; s0 += kvCols) {
         const s1 = whole ? S : Math.min(bandHi + 1, s0 + kvCols);
-        this.loadKV(p, b, hk, s0, s1, ktPtr, vPtr, EvPad, k, v);
+        this.loadKV(p, b, hk, s0, s1, ktPtr, vPtr, kvCols, k, v);
         const end = Math.min(s1, bandHi + 1);
         for (let c0 = Math.max(s0, bandLo - (bandLo % 8)); c0 < end; ) {
           const panel = Math.floor((c0 - s0) / COL_BLOCK);
@@ -342,7 +344,7 @@ class AttentionDriver {
           ex.attend(
             qPtr,
             ktAt,
-            vPtr + (c0 - s0) * EvPad * 4,
+            vPtr + (c0 - s0) * 32,
             tilePtr,
             mPtr,
             lPtr,
@@ -351,6 +353,7 @@ class AttentionDriver {
             c1 - c0,
             E,
             PANEL_LD,
+            kvCols,
             EvPad,
             r0,
             c0,
@@ -636,7 +639,7 @@ class AttentionDriver {
     const stackPtr = tilePtr + pad(tileBytes, 16);
     const descPtr = stackPtr + Math.max(1, plan ? plan.depth : 0) * pad(tileBytes / 4, 16);
     const stagePtr = descPtr + 64;
-    this.ensure(stagePtr + Math.max(kvCols, rowsMax) * E * 4);
+    this.ensure(stagePtr + Math.max(kvCols * Math.max(E, Ev), rowsMax * E) * 4);
     this.stagePtr = stagePtr;
     const i32 = new Int32Array(this.f32.buffer);
     if (
@@ -743,7 +746,7 @@ class AttentionDriver {
         const from = whole ? 0 : next;
         const s1 = whole ? S : Math.min(runEnd, next + kvCols);
         next = whole ? -1 : nextKey(segs, s1);
-        this.loadKV(p, b, hk, from, s1, ktPtr, vPtr, EvPad, k, v);
+        this.loadKV(p, b, hk, from, s1, ktPtr, vPtr, kvCols, k, v);
         for (const seg of segs) {
           const n = seg.b - seg.a;
           for (const run of seg.runs) {
@@ -777,7 +780,7 @@ class AttentionDriver {
               ex.attend(
                 qPtr + seg.po * E * 16,
                 ktAt,
-                vPtr + (c0 - from) * EvPad * 4,
+                vPtr + (c0 - from) * 32,
                 tilePtr,
                 mPtr + seg.po * 4,
                 lPtr + seg.po * 4,
@@ -786,6 +789,7 @@ class AttentionDriver {
                 c1 - c0,
                 E,
                 PANEL_LD,
+                kvCols,
                 EvPad,
                 seg.a,
                 c0,
@@ -896,7 +900,10 @@ class AttentionDriver {
     return [sl === 0 ? 0 : nc, ss === 0 ? 0 : 1];
   }
 
-  /** Copies keys [s0, s1) of k[b, hk] transposed into panels [E, PANEL_LD] and v[b, hk] to [s1 − s0, EvPad], once. */
+  /**
+   * Copies keys [s0, s1) of k[b, hk] transposed into panels [E, PANEL_LD], and their values v[b, hk] into
+   * panels of 8 value columns [EvPad/8, ldv, 8] (see the module's packV), once.
+   */
   private loadKV(
     p: AttentionProblem,
     b: number,
@@ -905,7 +912,7 @@ class AttentionDriver {
     s1: number,
     ktPtr: number,
     vPtr: number,
-    EvPad: number,
+    ldv: number,
     k: Float32Array | Uint16Array,
     v: Float32Array | Uint16Array,
   ): void {
@@ -915,7 +922,6 @@ class AttentionDriver {
     const { E, Ev } = p;
     const f32 = this.f32;
     const cols = s1 - s0;
-    const colsPad = pad(cols, 8);
     const kt = ktPtr / 4;
     const t = p.half ? halfTable() : undefined;
     if (!t) {
@@ -938,25 +944,18 @@ class AttentionDriver {
         f32.fill(0, row + n, row + PANEL_LD);
       }
     }
-    const vv = vPtr / 4;
-    if (!t && EvPad === Ev) {
-      for (let j = s0; j < s1; ) {
-        const n = kvRun(p, b, hk, j, s1);
-        const from = kvRow(p, b, hk, j) * Ev;
-        f32.set((v as Float32Array).subarray(from, from + n * Ev), vv + (j - s0) * Ev); // rows already padded
-        j += n;
-      }
-    } else {
-      for (let c = 0; c < cols; c++) {
-        const from = kvRow(p, b, hk, s0 + c) * Ev;
-        const to = vv + c * EvPad;
-        if (t) for (let e = 0; e < Ev; e++) f32[to + e] = t[v[from + e]];
-        else f32.set((v as Float32Array).subarray(from, from + Ev), to);
-        f32.fill(0, to + Ev, to + EvPad);
-      }
+    // Values: rows copied (or widened) into the stage as stored, checked for NaN/±∞, then packed in WASM.
+    const stage = this.stagePtr / 4;
+    for (let j = s0; j < s1; ) {
+      const n = t ? 1 : kvRun(p, b, hk, j, s1);
+      const from = kvRow(p, b, hk, j) * Ev;
+      const to = stage + (j - s0) * Ev;
+      if (t) for (let e = 0; e < Ev; e++) f32[to + e] = t[v[from + e]];
+      else f32.set((v as Float32Array).subarray(from, from + n * Ev), to);
+      j += n;
     }
-    f32.fill(0, vv + cols * EvPad, vv + colsPad * EvPad);
-    this.vNonFinite = this.exports.nonFinite(vPtr, cols * EvPad);
+    this.vNonFinite = this.exports.nonFinite(this.stagePtr, cols * Ev);
+    this.exports.packV(this.stagePtr, cols, Ev, vPtr, ldv);
     this.kvKey = key;
   }
 }
