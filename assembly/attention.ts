@@ -96,7 +96,9 @@ export function attend(
       let a30 = f32x4.splat(0), a31 = f32x4.splat(0);
       let kp = kt + (<usize>c << 2);
       let qp = q0;
-      for (let e = 0; e < E; e++) {
+      // A do-while on the pointer, as the GEMM's tile: no counter, no peeled first iteration.
+      const qEnd = q0 + (<usize>E << 6);
+      if (E > 0) do {
         const k0 = v128.load(kp);
         const k1 = v128.load(kp, 16);
         const x0 = v128.load(qp);
@@ -109,7 +111,7 @@ export function attend(
         a30 = madd(x3, k0, a30); a31 = madd(x3, k1, a31);
         kp += ldkBytes;
         qp += 64;
-      }
+      } while (qp < qEnd);
       // A dot product may overflow to −∞ here. Without a mask or bias the driver catches a row whose
       // scores all did (its max is −∞ though its band is not empty); with one, pass 2 clamps them.
       const t = tile + (<usize>c << 2);
@@ -261,7 +263,8 @@ export function attend(
       let a30 = v128.load(a0p + 3 * evBytes), a31 = v128.load(a0p + 3 * evBytes, 16);
       let vp = v + <usize>(e >> 3) * panelBytes + (<usize>cStart << 5);
       let tp = tile + (<usize>cStart << 2);
-      for (let c = cStart; c < last; c++) {
+      const tEnd = tile + (<usize>last << 2);
+      if (tp < tEnd) do {
         const v0 = v128.load(vp);
         const v1 = v128.load(vp, 16);
         const p0 = v128.load32_splat(tp);
@@ -274,7 +277,7 @@ export function attend(
         a30 = madd(p3, v0, a30); a31 = madd(p3, v1, a31);
         vp += 32;
         tp += 4;
-      }
+      } while (tp < tEnd);
       v128.store(a0p, a00); v128.store(a0p, a01, 16);
       v128.store(a0p + evBytes, a10); v128.store(a0p + evBytes, a11, 16);
       v128.store(a0p + 2 * evBytes, a20); v128.store(a0p + 2 * evBytes, a21, 16);
