@@ -7,6 +7,7 @@ import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
+import { planAttention } from '../src/attention/plan.js';
 import {
   type AttentionOptions,
   Generator,
@@ -14,8 +15,8 @@ import {
   scaledDotProductAttention,
   Tensor,
 } from '../src/index.js';
-import { wasmMemoryBytes } from '../src/kernels/wasm.js';
-import { expectAllClose } from './helpers.js';
+import { wasmKernel, wasmMemoryBytes } from '../src/kernels/wasm.js';
+import { closeFailure, expectAllClose } from './helpers.js';
 
 const dist = fileURLToPath(new URL('../dist/', import.meta.url));
 const built = await import(`${dist}index.node.js`);
@@ -466,3 +467,43 @@ describe('property: every kernel equals the reference on hostile inputs', () => 
     expect(kernelSupport().wasmFallback).toBe('');
   });
 });
+
+// A bias over 4 MB is copied a [rows, 512] tile at a time, so the tile's size, and with it where the
+// WASM kernel puts K and V, depends on how many query rows a call has. Its K/V copy used to be kept for
+// the next call of the same problem when the mask and bias addresses matched, though K and V had moved:
+// the later call read memory never written (found by a review, 2026-12-02).
+describe.skipIf(!kernelSupport().wasm)(
+  'one head’s rows in calls of different sizes, with a bias over 4 MB',
+  () => {
+    const [L, S, E, Ev] = [133, 20000, 4, 5]; // bias 133 · 20000 floats: 10.6 MB
+    const TOL = { atol: 2e-5, rtol: 2e-4 };
+
+    it('wasm kernel: rows 0–63, then 64–132, of one problem', () => {
+      const q = Tensor.randn([1, 1, L, E], { seed: 1 });
+      const k = Tensor.randn([1, 1, S, E], { seed: 2 });
+      const v = Tensor.randn([1, 1, S, Ev], { seed: 3 });
+      const bias = Tensor.randn([1, 1, L, S], { seed: 4 });
+      const want = scaledDotProductAttention(q, k, v, { bias, kernel: 'reference' });
+      const { problem } = planAttention('test', q, k, v, { bias, kernel: 'wasm' });
+      const out = new Float32Array(L * Ev);
+      wasmKernel.forwardRows(problem, { out }, 0, 0, 64);
+      wasmKernel.forwardRows(problem, { out }, 0, 64, L);
+      expect(closeFailure('rows in two calls', out, want.data, TOL)).toBeUndefined();
+    });
+
+    it('scaledDotProductAttentionAsync on 2 threads (its tasks have different row counts), GQA, causal', async () => {
+      const q = built.Tensor.randn([1, 2, L, E], { seed: 1 });
+      const k = built.Tensor.randn([1, 1, S, E], { seed: 2 });
+      const v = built.Tensor.randn([1, 1, S, Ev], { seed: 3 });
+      const bias = built.Tensor.randn([1, 2, L, S], { seed: 4 });
+      const options = { causal: true, bias };
+      const want = built.scaledDotProductAttention(q, k, v, { ...options, kernel: 'reference' });
+      const got = await built.scaledDotProductAttentionAsync(q, k, v, {
+        ...options,
+        kernel: 'wasm',
+        threads: 2,
+      });
+      expect(closeFailure('async t2', got.data, want.data, TOL)).toBeUndefined();
+    }, 120_000);
+  },
+);

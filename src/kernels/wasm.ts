@@ -916,8 +916,10 @@ class AttentionDriver {
     k: Float32Array | Uint16Array,
     v: Float32Array | Uint16Array,
   ): void {
-    const key = `${b},${hk},${s0},${s1}`;
-    if (this.kvKey === key) return; // the same K/V (the next query chunk, or another head of a GQA group)
+    // The same K/V (the next query chunk, or another head of a GQA group) at the same place: a call with
+    // another row count may move ktPtr and vPtr (a mask or bias tile is sized by the call's rows).
+    const key = `${b},${hk},${s0},${s1},${ktPtr},${vPtr},${ldv}`;
+    if (this.kvKey === key) return;
     this.kvKey = '';
     const { E, Ev } = p;
     const f32 = this.f32;
