@@ -165,7 +165,8 @@ export function bwdTile(
       let a20 = zero, a21 = zero, a30 = zero, a31 = zero;
       let kp = kt + (<usize>c << 2);
       let qp = q0;
-      for (let e = 0; e < E; e++) {
+      const qEnd = q0 + (<usize>E << 2);
+      if (E > 0) do { // a do-while on a pointer, as attend's and the GEMM's loops
         const k0 = v128.load(kp);
         const k1 = v128.load(kp, 16);
         const x0 = v128.load32_splat(qp);
@@ -178,7 +179,7 @@ export function bwdTile(
         a30 = fma4(x3, k0, a30); a31 = fma4(x3, k1, a31);
         kp += panel;
         qp += 4;
-      }
+      } while (qp < qEnd);
       const t = pRow + (<usize>c << 2);
       v128.store(t, plus64(a00, n0)); v128.store(t, plus64(a01, n0), 16);
       v128.store(t, plus64(a10, n1), ROW_BYTES); v128.store(t, plus64(a11, n1), ROW_BYTES + 16);
@@ -276,7 +277,8 @@ export function bwdTile(
       let a20 = d2, a21 = d2, a30 = d3, a31 = d3;
       let vp = vt + (<usize>c << 3);
       let gp = o0;
-      for (let e = 0; e < Ev; e++) {
+      const gEnd = o0 + (<usize>Ev << 3);
+      if (Ev > 0) do {
         const v0 = v128.load(vp);
         const v1 = v128.load(vp, 16);
         const x0 = v128.load64_splat(gp);
@@ -289,7 +291,7 @@ export function bwdTile(
         a30 = fma2(x3, v0, a30); a31 = fma2(x3, v1, a31);
         vp += panel64;
         gp += 8;
-      }
+      } while (gp < gEnd);
       const t = pRow + (<usize>c << 2);
       const u = sRow + (<usize>c << 2);
       v128.store(u, f32x4.mul(v128.load(t), narrow(a00, a01)));
@@ -308,7 +310,8 @@ export function bwdTile(
       let a30 = v128.load(ap + 3 * qRow), a31 = v128.load(ap + 3 * qRow, 16);
       let kp = k + <usize>cStart * qRow + (<usize>e << 2);
       let sp = sRow + (<usize>cStart << 2);
-      for (let j = cStart; j < jEnd; j++) {
+      const sEnd = sRow + (<usize>jEnd << 2);
+      if (sp < sEnd) do {
         const k0 = v128.load(kp);
         const k1 = v128.load(kp, 16);
         const x0 = v128.load32_splat(sp);
@@ -321,7 +324,7 @@ export function bwdTile(
         a30 = fma4(x3, k0, a30); a31 = fma4(x3, k1, a31);
         kp += qRow;
         sp += 4;
-      }
+      } while (sp < sEnd);
       v128.store(ap, a00); v128.store(ap, a01, 16);
       v128.store(ap + qRow, a10); v128.store(ap + qRow, a11, 16);
       v128.store(ap + 2 * qRow, a20); v128.store(ap + 2 * qRow, a21, 16);
@@ -358,7 +361,8 @@ function accumulateT(out: usize, ld: usize, x: usize, w: usize, rLo: i32, rHi: i
     let a30 = v128.load(ap + 3 * ld), a31 = v128.load(ap + 3 * ld, 16);
     let xp = x + <usize>rLo * ld + (<usize>e << 2);
     let wp = w + <usize>rLo * ROW_BYTES;
-    for (let i = rLo; i < rHi; i++) {
+    const wEnd = w + <usize>rHi * ROW_BYTES;
+    if (wp < wEnd) do {
       const x0 = v128.load(xp);
       const x1 = v128.load(xp, 16);
       const w0 = v128.load32_splat(wp);
@@ -371,7 +375,7 @@ function accumulateT(out: usize, ld: usize, x: usize, w: usize, rLo: i32, rHi: i
       a30 = fma4(w3, x0, a30); a31 = fma4(w3, x1, a31);
       xp += ld;
       wp += ROW_BYTES;
-    }
+    } while (wp < wEnd);
     v128.store(ap, a00); v128.store(ap, a01, 16);
     v128.store(ap + ld, a10); v128.store(ap + ld, a11, 16);
     v128.store(ap + 2 * ld, a20); v128.store(ap + 2 * ld, a21, 16);
