@@ -218,6 +218,19 @@ const PEAK_SOURCE = `@inline function step(c: v128, a: v128, b: v128): v128 {
 }
 ${PEAK_CHAINS.map(peakFunction).join('\n')}`;
 
+/** Compiles register-only AssemblyScript loops (the peak probe's, --pipes') and instantiates them. */
+async function compileLoops(source: string, features: string[]): Promise<WebAssembly.Instance> {
+  const { default: asc } = await import('assemblyscript/asc');
+  const { binary, error } = await asc.compileString(source, {
+    optimizeLevel: 3,
+    runtime: 'stub',
+    noAssert: true,
+    enable: features,
+  });
+  if (error || !binary) throw new Error(`the loops did not compile: ${error?.message}`);
+  return WebAssembly.instantiate(new WebAssembly.Module(Uint8Array.from(binary)));
+}
+
 /**
  * A probe of one core's SIMD128 peak: each call returns one GFLOP/s sample (the faster of the 8- and
  * 12-chain loops, ~40 ms each), the plain build's multiply-then-add or, with `fma`, the relaxed build's
@@ -226,16 +239,7 @@ ${PEAK_CHAINS.map(peakFunction).join('\n')}`;
  */
 async function peakProbe(fma: boolean): Promise<(() => number) | undefined> {
   try {
-    const { default: asc } = await import('assemblyscript/asc');
-    const features = fma ? ['simd', 'relaxed-simd'] : ['simd'];
-    const { binary, error } = await asc.compileString(PEAK_SOURCE, {
-      optimizeLevel: 3,
-      runtime: 'stub',
-      noAssert: true,
-      enable: features,
-    });
-    if (error || !binary) return undefined;
-    const instance = await WebAssembly.instantiate(new WebAssembly.Module(Uint8Array.from(binary)));
+    const instance = await compileLoops(PEAK_SOURCE, fma ? ['simd', 'relaxed-simd'] : ['simd']);
     const loops = PEAK_CHAINS.map((chains) => {
       const peak = instance.exports[`peak${chains}`] as (n: number, x: number) => number;
       const time = (n: number) => {
@@ -275,15 +279,7 @@ export function ${name}(n: i32, x: f32): f32 {
 
 /** Runs the --pipes loops in 5 interleaved rounds; prints each one's median SIMD operations per ns. */
 async function pipes(): Promise<void> {
-  const { default: asc } = await import('assemblyscript/asc');
-  const { binary, error } = await asc.compileString(PIPES_SOURCE, {
-    optimizeLevel: 3,
-    runtime: 'stub',
-    noAssert: true,
-    enable: ['simd'],
-  });
-  if (error || !binary) throw new Error(`--pipes: the loops did not compile: ${error?.message}`);
-  const instance = await WebAssembly.instantiate(new WebAssembly.Module(Uint8Array.from(binary)));
+  const instance = await compileLoops(PIPES_SOURCE, ['simd']);
   const loops = { mulOnly: 6, addOnly: 6, mixed: 12 };
   const samples: Record<string, number[]> = { mulOnly: [], addOnly: [], mixed: [] };
   const n = 2e7;
