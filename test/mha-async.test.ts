@@ -240,6 +240,7 @@ describe('MultiHeadAttention.forwardAsync', () => {
     const mha = new MultiHeadAttention({ embedDim: 64, numHeads: 4, seed: 1 });
     const x = Tensor.randn([1, 300, 64], { seed: 2 });
     const rows = wasmGemmKernel.rows;
+    const supports = wasmGemmKernel.supports;
     let refused = 0;
     wasmGemmKernel.rows = () => {
       refused++;
@@ -252,11 +253,15 @@ describe('MultiHeadAttention.forwardAsync', () => {
         args: { gemmKernel: 'wasm', gemmFallback: 'reference' },
       });
       expect(refused).toBeGreaterThanOrEqual(4); // three projections and the out-projection
-      // Every product fell back to the reference: the sync forward on the reference GEMM gives the same.
+      // Every product fell back to the reference: the sync forward on the reference GEMM gives the same
+      // (WASM's GEMM unsupported for it, so 'auto' picks the reference: forward's one-piece WASM path,
+      // which does not go through wasmGemmKernel.rows, stands aside then).
+      wasmGemmKernel.supports = () => 'test: unsupported';
       const sync = mha.forward(x).output.data;
       expect(got.output.data).toEqual(sync);
     } finally {
       wasmGemmKernel.rows = rows;
+      wasmGemmKernel.supports = supports;
     }
   });
 

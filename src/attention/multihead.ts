@@ -10,7 +10,7 @@ import { attentionSublayer } from '../model/block.js';
 import { splitHeads, splitHeadsCached, tensorOps } from '../model/ops-tensor.js';
 import { type AttentionDims, attentionParamSpecs, fillInit, type Init, isPacked } from '../model/params.js';
 import { type RandomOptions, resolveGenerator } from '../random.js';
-import { type GemmPart, layerOpsOf, type Runtime } from '../runtime.js';
+import { type GemmPart, layerOpsOf, type MultiHeadCall, type Runtime } from '../runtime.js';
 import {
   checkAllocation,
   checkBoolean,
@@ -22,6 +22,7 @@ import {
 } from '../shape.js';
 import { Tensor, type TensorLike, toTensor } from '../tensor.js';
 import { defaultRuntime } from './async.js';
+import { multiHeadResident } from './multihead-resident.js';
 import { type AttentionOptions, checkBroadcast, checkOptionNames, planAttention } from './plan.js';
 
 /** Constructor options of MultiHeadAttention. */
@@ -80,6 +81,17 @@ type ParamName =
   | 'inProjBias'
   | 'outProjWeight'
   | 'outProjBias';
+
+/** A forward call checked and brought to rank 3 (MultiHeadAttention's #prepare). */
+interface Prepared {
+  q: Tensor;
+  k: Tensor;
+  v: Tensor;
+  attention: AttentionOptions;
+  needWeights: boolean;
+  cache?: { cache: KVCache; layer: number };
+  result(out: Tensor, weights: Tensor | undefined): MultiHeadForwardResult;
+}
 
 const FORWARD = 'MultiHeadAttention.forward';
 const FORWARD_ASYNC = 'MultiHeadAttention.forwardAsync';
@@ -291,6 +303,9 @@ export class MultiHeadAttention {
   ): MultiHeadForwardResult {
     checkOptionNames(FORWARD, options, FORWARD_OPTIONS);
     const c = this.#prepare(FORWARD, query, key, value, options);
+    // In one piece where WASM serves it: the same bits, without the copies between the steps.
+    const whole = this.#multiHeadCall(FORWARD, c);
+    if (whole && multiHeadResident(FORWARD, whole.call)) return whole.result();
     const { out, weights } = attentionSublayer(
       tensorOps,
       this.#attentionParams(),
@@ -329,6 +344,14 @@ export class MultiHeadAttention {
     if (threads !== undefined) checkInteger(FORWARD_ASYNC, 'threads', threads, 1);
     const ops = layerOpsOf(FORWARD_ASYNC, runtime);
     const c = this.#prepare(FORWARD_ASYNC, query, key, value, forward);
+    const whole = this.#multiHeadCall(FORWARD_ASYNC, c);
+    if (whole) {
+      // One job: the projections, the heads and the out-projection never come back here in between;
+      // on this thread (small calls, no workers) with the activations in its WASM memory.
+      if (await ops.multiHead(FORWARD_ASYNC, whole.call, threads)) return whole.result();
+      if (multiHeadResident(FORWARD_ASYNC, whole.call)) return whole.result();
+    }
+    // Step by step: a cache, float64 inputs, or WASM unavailable.
     const { numHeads: H, numKvHeads: Hkv } = this;
     const [B, L] = c.q.shape;
     const S = c.k.shape[1];
@@ -336,34 +359,6 @@ export class MultiHeadAttention {
     const widths = [p.qProjWeight.shape[0], p.kProjWeight.shape[0], p.vProjWeight.shape[0]];
     // The in-projections as the block's `attend` computes them (tensorOps.linear: kernels/matmul.ts).
     const [bq, bk, bv] = p.inProjBias ? tensorOps.splitLast(p.inProjBias, widths) : [];
-    if (!c.cache && [c.q, c.k, c.v].every((t) => t.data instanceof Float32Array)) {
-      // One job: the projections, the heads and the out-projection never come back here in between.
-      const E = this.headDim;
-      const stand = (heads: number, rows: number) =>
-        new Tensor(new Float32Array(B * heads * rows * E), [B, heads, rows, E]);
-      const plan = planAttention(FORWARD_ASYNC, stand(H, L), stand(Hkv, S), stand(Hkv, S), c.attention);
-      const out = new Float32Array(B * L * this.embedDim);
-      const weights = c.needWeights ? new Float32Array(sizeOf(plan.weightsShape)) : undefined;
-      const ran = await ops.multiHead(
-        FORWARD_ASYNC,
-        {
-          projections: [
-            { problem: linearOf(c.q, p.qProjWeight, bq), heads: H, width: E },
-            { problem: linearOf(c.k, p.kProjWeight, bk), heads: Hkv, width: E },
-            { problem: linearOf(c.v, p.vProjWeight, bv), heads: Hkv, width: E },
-          ],
-          plan,
-          outWeight: p.outProjWeight.data,
-          outBias: p.outProjBias?.data,
-          out,
-          weights,
-        },
-        threads,
-      );
-      if (ran) {
-        return c.result(new Tensor(out, [B, L, this.embedDim]), weights && new Tensor(weights, [B, H, L, S]));
-      }
-    }
     const projections = [
       linearPart(c.q, p.qProjWeight, bq),
       linearPart(c.k, p.kProjWeight, bk),
@@ -395,6 +390,44 @@ export class MultiHeadAttention {
     return defaultRuntime;
   }
 
+  /**
+   * The call as one MultiHeadCall (the in-projections exactly as the block's `attend` makes them) and
+   * how to turn its outputs into the result; undefined with a cache or float64 inputs (steps only).
+   */
+  #multiHeadCall(fn: string, c: Prepared) {
+    if (c.cache || ![c.q, c.k, c.v].every((t) => t.data instanceof Float32Array)) return undefined;
+    const { numHeads: H, numKvHeads: Hkv, headDim: E, embedDim: D } = this;
+    const [B, L] = c.q.shape;
+    const S = c.k.shape[1];
+    const p = this.#attentionParams();
+    const widths = [p.qProjWeight.shape[0], p.kProjWeight.shape[0], p.vProjWeight.shape[0]];
+    const [bq, bk, bv] = p.inProjBias ? tensorOps.splitLast(p.inProjBias, widths) : [];
+    // Stand-ins for q, k and v (never read): one array when their shapes agree, as in self-attention.
+    const stand = (heads: number, rows: number) =>
+      new Tensor(new Float32Array(B * heads * rows * E), [B, heads, rows, E]);
+    const sq = stand(H, L);
+    const skv = Hkv === H && S === L ? sq : stand(Hkv, S);
+    const plan = planAttention(fn, sq, skv, skv, c.attention);
+    const out = new Float32Array(B * L * D);
+    const weights = c.needWeights ? new Float32Array(sizeOf(plan.weightsShape)) : undefined;
+    const call: MultiHeadCall = {
+      projections: [
+        { problem: linearOf(c.q, p.qProjWeight, bq), heads: H, width: E },
+        { problem: linearOf(c.k, p.kProjWeight, bk), heads: Hkv, width: E },
+        { problem: linearOf(c.v, p.vProjWeight, bv), heads: Hkv, width: E },
+      ],
+      plan,
+      outWeight: p.outProjWeight.data,
+      outBias: p.outProjBias?.data,
+      out,
+      weights,
+    };
+    return {
+      call,
+      result: () => c.result(new Tensor(out, [B, L, D]), weights && new Tensor(weights, [B, H, L, S])),
+    };
+  }
+
   #attentionParams() {
     return {
       qProjWeight: this.qProjWeight,
@@ -416,7 +449,7 @@ export class MultiHeadAttention {
     key: TensorLike,
     value: TensorLike,
     options: MultiHeadForwardOptions,
-  ) {
+  ): Prepared {
     const q = toTensor(query, fn, 'query');
     const k = toTensor(key, fn, 'key');
     const v = toTensor(value, fn, 'value');

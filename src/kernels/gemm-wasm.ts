@@ -107,6 +107,34 @@ function findPacked(
   return undefined;
 }
 
+/**
+ * Where a product's C goes when it stays in this thread's WebAssembly memory (wasmGemmResident): rows of
+ * C in batches of `rows` and columns in groups of `width` (a multiple of 8), element (m, j) at byte
+ * ptr + ⌊m / rows⌋·batchStride + ⌊j / width⌋·groupStride + ((m mod rows)·ld + j mod width)·4. Heads split
+ * as attention reads them, [B, H, rows, width], are rows = L, ld = width, groupStride = L·width·4 and
+ * batchStride = H·L·width·4; a plain [M, N] is rows = M, width = ld = N.
+ */
+export interface ResidentOut {
+  ptr: number;
+  rows: number;
+  width: number;
+  ld: number;
+  groupStride: number;
+  batchStride: number;
+}
+
+/** op(A) [M, K] already in this thread's WebAssembly memory, row-major from byte `ptr`, rows `ld` floats apart. */
+export interface ResidentIn {
+  ptr: number;
+  ld: number;
+}
+
+/** Where run() reads A and writes C instead of the problem's arrays (either or both). */
+interface Resident {
+  a?: ResidentIn;
+  out?: ResidentOut;
+}
+
 /** One thread's GEMM driver: lays out its buffers from the instance's base, remembers the B it packed. */
 class GemmDriver {
   private readonly ex: GemmExports;
@@ -121,20 +149,29 @@ class GemmDriver {
     this.f32 = rt.f32;
   }
 
-  run(p: GemmProblem, c: Floats, m0: number, m1: number): void {
+  /**
+   * Rows [m0, m1) of C. With `at`, A is read from WASM memory rather than staged from p.a (p.a is then
+   * not read), and C is written in place there, group by group, rather than through the C block and c (c
+   * is then not touched): the same packing and tiles, so the same bits.
+   */
+  run(p: GemmProblem, c: Floats, m0: number, m1: number, at: Resident = {}): void {
     const { M, N, K } = p;
     if (M === 0 || N === 0 || m1 <= m0) return;
     const MR = this.MR;
     const { kBlocks, KC } = kBlocking(K); // equal K blocks (KC = 0 when K = 0: C = bias (+ C))
     const MC = Math.min(MC_MAX, pad(Math.min(M, m1 - m0), MR));
     const ncMax = Math.min(B_BUDGET / Math.max(KC, 1), C_BUDGET / MC) / 4;
-    const NC = Math.min(pad(N, 8), Math.max(8, Math.floor(ncMax / 8) * 8));
+    const out = at.out;
+    // In place, an N block is whole groups (the C block's budget does not apply: it is not used).
+    const NC = out
+      ? Math.min(N, Math.max(1, Math.floor(B_BUDGET / 4 / Math.max(KC, 1) / out.width)) * out.width)
+      : Math.min(pad(N, 8), Math.max(8, Math.floor(ncMax / 8) * 8));
     // Memory map (bytes from the instance's base, 16-aligned): packed B [NC/8][KC][8] | packed A
-    // [MC/MR][KC][MR] | C block [MC, NC] | bias [NC] | stage (stored rows of A or B, as copied).
+    // [MC/MR][KC][MR] | C block [MC, NC] (not in place) | bias [NC] | stage (stored rows of A or B, as copied).
     const bPtr = this.rt.base;
     const aPtr = bPtr + NC * KC * 4;
     const cPtr = aPtr + MC * KC * 4;
-    const biasPtr = cPtr + MC * NC * 4;
+    const biasPtr = cPtr + (out ? 0 : MC * NC * 4); // no C block when C is written in place
     const stagePtr = biasPtr + NC * 4;
     const stageFloats = Math.max(STAGE_FLOATS, MC * KC, 8 * KC, NC);
     this.rt.ensure(stagePtr + stageFloats * 4);
@@ -175,18 +212,27 @@ class GemmDriver {
           if (!resident) {
             this.packB(p, p.strideB === 0 ? 0 : t, off.b, jc, nc, pc, kc, bPtr, stagePtr, stageFloats);
           }
-          for (let ic = i0; ic < i1; ic += MC) {
-            const mc = Math.min(MC, i1 - ic);
+          for (let ic = i0; ic < i1; ) {
+            // In place, a row block stays within one batch of `out.rows` rows.
+            const mc = Math.min(MC, i1 - ic, out ? out.rows - (ic % out.rows) : MC);
             // Pass 1: stage and pack op(A)[ic : ic + mc, pc : pc + kc] into 4-row panels.
-            const [src, ld] = p.transA
-              ? this.stage(p.a, off.a, M, pc, kc, ic, mc, stagePtr, stageFloats, `${t},${pc}`)
-              : this.stage(p.a, off.a, K, ic, mc, pc, kc, stagePtr, stageFloats, '');
+            const [src, ld] = at.a
+              ? [at.a.ptr + (ic * at.a.ld + pc) * 4, at.a.ld]
+              : p.transA
+                ? this.stage(p.a, off.a, M, pc, kc, ic, mc, stagePtr, stageFloats, `${t},${pc}`)
+                : this.stage(p.a, off.a, K, ic, mc, pc, kc, stagePtr, stageFloats, '');
             ex.gemmPackA(src, ld, mc, kc, p.transA ? 1 : 0, aPtr);
-            // Pass 2: the C block in (when it is added to), the macro-kernel, the C block out.
             const load = p.accumulate || !first;
+            const biasAt = first && p.bias ? biasPtr : 0;
+            const gelu = last && p.gelu ? 1 : 0;
+            if (out) {
+              this.blockInPlace(out, aPtr, bAt, ic, mc, jc, nc, kc, load, biasAt, gelu);
+              ic += mc;
+              continue;
+            }
+            // Pass 2: the C block in (when it is added to), the macro-kernel, the C block out.
             const cAt = off.c + ic * N + jc; // C[ic, jc] of this product
             if (load) this.copyC(c, cAt, N, mc, nc, ncPad, cPtr, true);
-            const biasAt = first && p.bias ? biasPtr : 0;
             // 1–3 rows (a decode step): one row at a time, not a 4-row tile that is mostly padding.
             (mc < MR ? ex.gemmBlockRows : ex.gemmBlock)(
               aPtr,
@@ -198,11 +244,57 @@ class GemmDriver {
               kc,
               load ? 1 : 0,
               biasAt,
-              last && p.gelu ? 1 : 0,
+              gelu,
             );
             this.copyC(c, cAt, N, mc, nc, ncPad, cPtr, false);
+            ic += mc;
           }
         }
+      }
+    }
+  }
+
+  /**
+   * The macro-kernel for rows [ic, ic + mc) × columns [jc, jc + nc) of C written in place at `out` (one
+   * batch of rows, whole groups of columns): per group, gemmBlock on the rows that fill 4-row tiles and
+   * gemmBlockRows on the last 1–3 (bit for bit the rows a padded tile computes), so no row past the
+   * block's is written.
+   */
+  private blockInPlace(
+    out: ResidentOut,
+    aPtr: number,
+    bAt: number,
+    ic: number,
+    mc: number,
+    jc: number,
+    nc: number,
+    kc: number,
+    load: boolean,
+    biasAt: number,
+    gelu: number,
+  ): void {
+    const ex = this.ex;
+    const MR = this.MR;
+    const full = mc - (mc % MR);
+    const row0 = out.ptr + Math.floor(ic / out.rows) * out.batchStride + (ic % out.rows) * out.ld * 4;
+    for (let j = jc; j < jc + nc; j += out.width) {
+      const cAt = row0 + (j / out.width) * out.groupStride;
+      const bj = bAt + ((j - jc) / 8) * kc * 32;
+      const biasJ = biasAt && biasAt + (j - jc) * 4;
+      if (full > 0) ex.gemmBlock(aPtr, bj, cAt, out.ld, full, out.width, kc, load ? 1 : 0, biasJ, gelu);
+      if (full < mc) {
+        ex.gemmBlockRows(
+          aPtr + (full / MR) * kc * MR * 4,
+          bj,
+          cAt + full * out.ld * 4,
+          out.ld,
+          mc - full,
+          out.width,
+          kc,
+          load ? 1 : 0,
+          biasJ,
+          gelu,
+        );
       }
     }
   }
@@ -424,6 +516,25 @@ export function packLinearWeights(weights: readonly LinearWeight[]): () => void 
     }
     void owner; // the allocations' finalizer owner lives as long as this function
   };
+}
+
+/**
+ * C = x·Wᵀ + b (a `linear` problem: not transposed A, one product) on this thread's WASM instance with A
+ * and/or C in its memory (`at`), where a chain of products and attention keeps its activations: A read in
+ * place rather than staged from p.a, C written in place (see ResidentOut) rather than copied out to c.
+ * The same packing and tiles as wasmGemmKernel, so the same bits. The pointers are the caller's resident
+ * allocation; KernelResourceError (memory refused) before any of C is written.
+ */
+export function wasmGemmResident(fn: string, p: GemmProblem, c: Floats, at: Resident): void {
+  if (p.transA || (p.batch ?? 1) !== 1)
+    throw new Error(`${fn}: a resident GEMM reads A untransposed, one product`);
+  const out = at.out;
+  if (out && (out.width % 8 !== 0 || p.N % out.width !== 0 || p.M % out.rows !== 0)) {
+    throw new Error(
+      `${fn}: C in place needs whole groups of a multiple of 8 columns and whole batches of rows (N=${p.N}, width=${out.width}, M=${p.M}, rows=${out.rows})`,
+    );
+  }
+  withWasm(fn, (rt) => driverOf(rt).run(p, c, 0, p.M, at));
 }
 
 /** The WASM SIMD GEMM; `supports` says why not when WASM SIMD is missing or the call needs float64. */

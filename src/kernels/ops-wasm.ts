@@ -477,6 +477,27 @@ export function permuteWasm(
 }
 
 /**
+ * permuteWasm's move on floats already in this thread's WebAssembly memory (byte pointers into a resident
+ * allocation), in place there: to (a, b, c, ·) = from (a, b, c, ·), runs of D floats, strides in floats.
+ * Nothing is staged; the two spans must not overlap.
+ */
+export function permuteResident(
+  fn: string,
+  from: number,
+  to: number,
+  dims: readonly [number, number, number, number],
+  fromStrides: readonly [number, number, number],
+  toStrides: readonly [number, number, number],
+): void {
+  const [A, B, C, D] = dims;
+  const [sa, sb, sc] = fromStrides;
+  const [ta, tb, tc] = toStrides;
+  withWasm(fn, (rt) =>
+    (rt.exports as unknown as OpsExports).permuteRuns(from, to, A, B, C, D, sa, sb, sc, ta, tb, tc, 0),
+  );
+}
+
+/**
  * db[M] += the column sums of dy [N, M], summed in float64 exactly as linearGradBias's JS loop sums them
  * (each column's rows added one after the other, in row order, whatever the chunks), so the result is that
  * loop's bit for bit.

@@ -161,19 +161,26 @@ const liveProblems = new WeakMap<AttentionProblem, AttentionProblem>();
 let callsDone = 0;
 
 /**
- * The problem with its K/V views live: itself, unless k or v views resident memory that grew since the
- * views were made (growth detaches them), then a copy with fresh views (kept per problem until it too
- * goes stale).
+ * The problem with its q/k/v views live: itself, unless q, k or v views resident memory that grew since
+ * the views were made (growth detaches them: a KV cache's storage, a multi-head call's projections),
+ * then a copy with fresh views (kept per problem until it too goes stale).
  */
 function liveProblem(p: AttentionProblem): AttentionProblem {
+  const q = liveView(p.q);
   const k = liveView(p.k);
   const v = liveView(p.v);
-  if (k === p.k && v === p.v) return p;
+  if (q === p.q && k === p.k && v === p.v) return p;
   const w = liveProblems.get(p);
-  if (w && liveView(w.k) === w.k && liveView(w.v) === w.v) return w;
-  const fresh = { ...p, k, v };
+  if (w && liveView(w.q) === w.q && liveView(w.k) === w.k && liveView(w.v) === w.v) return w;
+  const fresh = { ...p, q, k, v };
   liveProblems.set(p, fresh);
   return fresh;
+}
+
+/** The outputs with `out` live (a view of resident memory, re-derived if growth detached it). */
+function liveOutputs(outputs: AttentionOutputs): AttentionOutputs {
+  const out = outputs.out && liveView(outputs.out);
+  return out === outputs.out ? outputs : { ...outputs, out };
 }
 
 /** The attention driver of one thread's WASM instance: lays out its buffers there, caches what it copied last. */
@@ -223,10 +230,9 @@ class AttentionDriver {
       return;
     }
     const { L, S, E, Ev, mask, bias } = p;
-    const { out, lse } = outputs;
     // Float16 inputs are widened here, block by block, as they are copied into WASM memory.
     const half = p.half;
-    const q = half ? half.q : p.q;
+    let q = half ? half.q : p.q;
     let k = half ? half.k : p.k;
     let v = half ? half.v : p.v;
     const { b, h, hk } = headsOf(p, bh);
@@ -282,9 +288,11 @@ class AttentionDriver {
       if (mask && maskWhole) this.f32.set(mask.data, this.maskPtr / 4);
       if (bias && biasWhole) this.f32.set(bias.data, this.biasPtr / 4);
     }
-    // K/V resident in this memory (a KV cache's storage) detached if ensure grew it: fresh views.
+    // Q/K/V and the output resident in this memory (a KV cache's storage, a multi-head call's
+    // activations) detached if ensure grew it: fresh views.
     const live = liveProblem(p);
-    if (!half) [k, v] = [live.k, live.v];
+    if (!half) [q, k, v] = [live.q, live.k, live.v];
+    const { out, lse } = liveOutputs(outputs);
     const ex = this.exports;
     const f32 = this.f32;
     const left = Math.min(p.left, UNBOUNDED);
@@ -436,7 +444,7 @@ class AttentionDriver {
     const stashed = this.decodeKey === key && this.rt.claim(this);
     if (!stashed) this.decodeGroup(p, b, hk, i0, i1);
     const live = liveProblem(p);
-    const { out, lse } = outputs;
+    const { out, lse } = liveOutputs(outputs);
     const { accPtr, mPtr, lPtr, EvPad } = this.decodeAt;
     const f32 = this.f32;
     const band: Band = { S, shift: p.shift, left: p.left, right: p.right };
@@ -580,9 +588,8 @@ class AttentionDriver {
     i1: number,
   ): void {
     const { L, S, E, Ev, mask, bias } = p;
-    const { out, lse } = outputs;
     const half = p.half;
-    const q = half ? half.q : p.q;
+    let q = half ? half.q : p.q;
     let k = half ? half.k : p.k;
     let v = half ? half.v : p.v;
     const { b, h, hk } = headsOf(p, bh);
@@ -664,7 +671,8 @@ class AttentionDriver {
       this.f32.set(floats, floatsPtr / 4);
     }
     const live = liveProblem(p);
-    if (!half) [k, v] = [live.k, live.v];
+    if (!half) [q, k, v] = [live.q, live.k, live.v];
+    const { out, lse } = liveOutputs(outputs);
     // Descriptors (flexRow): full tiles run the score program only, partial ones the mask program too.
     const nScore = scoreOps.length / 4;
     const nProg = progOps.length / 3;
