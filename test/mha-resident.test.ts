@@ -152,6 +152,23 @@ describe.skipIf(!wasm)('MultiHeadAttention.forward in one piece equals the steps
     expectBitsEqual('weights', got.weights!.data as Float32Array, want.weights!);
   });
 
+  it('no keys (S = 0), batched and unbatched: the steps’ result, nothing left resident', () => {
+    const mha = new MultiHeadAttention({ embedDim: 16, numHeads: 2, seed: 1 });
+    for (const [B, L] of [
+      [1, 3],
+      [2, 5],
+    ]) {
+      const x = new Tensor(randomArray(B * L * 16, g), [B, L, 16]);
+      const empty = new Tensor(new Float32Array(0), [B, 0, 16]);
+      const want = steps(mha, x, empty, empty, {}).out;
+      expectBitsEqual(`B=${B}`, mha.forward(x, empty, empty).output.data as Float32Array, want);
+      expect(wasmResidentBytes()).toBe(0);
+    }
+    const x2 = new Tensor(randomArray(5 * 16, g), [5, 16]);
+    const none = new Tensor(new Float32Array(0), [0, 16]);
+    expect(mha.forward(x2, none, none).output.shape).toEqual([5, 16]);
+  });
+
   it('heads not a multiple of 8 wide take the steps, with the same result', () => {
     for (const [D, H] of [
       [12, 2],

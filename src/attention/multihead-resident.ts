@@ -23,12 +23,13 @@ const NO_FLOATS = new Float32Array(0);
  * Runs `call` (see MultiHeadCall) on this thread's WASM instance with its activations resident; false,
  * having written nothing the caller reads, when it cannot: WASM or its GEMM does not serve these
  * products, a head's width is not a multiple of 8 (the heads are written in place, 8 columns at a time),
- * no query rows, or the engine refuses the memory. The caller then runs the steps one by one.
+ * no query rows or no keys, or the engine refuses the memory. The caller then runs the steps one by one.
  */
 export function multiHeadResident(fn: string, call: MultiHeadCall): boolean {
   const p = call.plan.problem;
   const { B, Hq, L, Ev } = p;
-  if (B * L === 0 || wasmSupport() !== true || p.half) return false;
+  // No keys (S = 0): the steps' zero-row products and empty softmax, not worth a path of their own.
+  if (B * L * p.S === 0 || wasmSupport() !== true || p.half) return false;
   const width = Hq * Ev;
   const D = call.outWeight.length / Math.max(width, 1);
   const outProblem = linearProblem(NO_FLOATS, B * L, width, call.outWeight, D, call.outBias);

@@ -528,6 +528,7 @@ export function packLinearWeights(weights: readonly LinearWeight[]): () => void 
 export function wasmGemmResident(fn: string, p: GemmProblem, c: Floats, at: Resident): void {
   if (p.transA || (p.batch ?? 1) !== 1)
     throw new Error(`${fn}: a resident GEMM reads A untransposed, one product`);
+  if (p.M === 0 || p.N === 0) return; // no rows or columns of C: nothing to write (and rows may be 0)
   const out = at.out;
   if (out && (out.width % 8 !== 0 || p.N % out.width !== 0 || p.M % out.rows !== 0)) {
     throw new Error(
